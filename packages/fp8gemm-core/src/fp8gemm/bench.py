@@ -1,0 +1,175 @@
+"""``fp8gemm bench``: our backend against its peers, same inputs, same GPU, one run."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import __version__, registry
+from .conformance import relative_error
+from .ops import gemm, prepare_weight_scale, preferred_fp8_dtype
+from .peers import available_peers
+from .quantize import quantize_activation, quantize_weight
+from .reference import oracle
+
+DEEPSEEK_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
+SHAPE_SETS: dict[str, list[tuple[int, int, int]]] = {
+    # DeepSeek-V3 dense projections at decode (64, 128) and prefill (4096) batch sizes.
+    "deepseek-v3": [(m, n, k) for m in (64, 128, 4096) for n, k in DEEPSEEK_NK]
+    + [(1024, 1536, 7168), (6144, 7168, 2304), (8192, 8192, 8192)],
+    # Small enough for the pure-torch reference on a laptop CPU.
+    "cpu-small": [(16, 256, 512), (64, 512, 1024), (128, 1024, 1024), (256, 2048, 2048)],
+}
+OURS = "fp8gemm"
+# The float64 oracle for every shape costs more than the timing on big shapes; above this it is skipped.
+ORACLE_MAX_FLOPS = 3e12
+
+
+def default_shape_set(device: torch.device) -> str:
+    return "cpu-small" if device.type == "cpu" else "deepseek-v3"
+
+
+def _time_gpu(fn: Callable[[], object]) -> float:
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e-3
+
+
+def _time_cpu(fn: Callable[[], object], min_seconds: float = 0.2) -> float:
+    fn()
+    times = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < min_seconds or len(times) < 3:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _ours(backend: str | None) -> Callable:
+    def prepare(a, b, a_scale, b_scale, out_dtype):
+        b_scale = prepare_weight_scale(b_scale, backend=backend)
+        out = torch.empty(a.shape[0], b.shape[0], dtype=out_dtype, device=a.device)
+        return lambda: gemm(a, b, a_scale, b_scale, out=out, backend=backend)
+
+    return prepare
+
+
+def environment(device: torch.device, backend: str | None) -> dict:
+    env = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "fp8gemm": __version__,
+        "device": registry.describe_device(device).describe(),
+    }
+    selection = registry.select(device, backend)
+    env["backend"] = selection.backend.name
+    env["backend_build"] = dict(selection.backend.build_info)
+    if device.type == "cuda":
+        env["cuda_runtime"] = torch.version.cuda or torch.version.hip
+        env["driver"] = _driver_version()
+        try:
+            import triton
+
+            env["triton"] = triton.__version__
+        except ImportError:
+            pass
+    return env
+
+
+def _driver_version() -> str:
+    try:
+        import subprocess
+
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)  # fmt: skip
+        return out.stdout.strip().splitlines()[0]
+    except Exception:
+        return "unknown"
+
+
+def run(shapes, device: torch.device, backend: str | None = None, progress=None, out_dtype=torch.bfloat16) -> dict:
+    """Time ours and every available peer on each shape; returns the JSON-able results."""
+    impls = {OURS: _ours(backend), **available_peers(device)}
+    timer = _time_cpu if device.type == "cpu" else _time_gpu
+    fp8 = preferred_fp8_dtype(device, backend)
+    rows = []
+    for m, n, k in shapes:
+        x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        w = torch.randn(n, k, device=device, dtype=torch.bfloat16)
+        a, a_scale = quantize_activation(x, fp8_dtype=fp8)
+        b, b_scale = quantize_weight(w, fp8_dtype=fp8)
+        flops = 2.0 * m * n * k
+        ref = oracle(a, b, a_scale, b_scale) if flops <= ORACLE_MAX_FLOPS else None
+        for name, prepare in impls.items():
+            row = {"impl": name, "m": m, "n": n, "k": k}
+            try:
+                fn = prepare(a, b, a_scale, b_scale, out_dtype)
+                result = fn()
+                row["rel_err"] = relative_error(result, ref) if ref is not None else None
+                seconds = timer(fn)
+                row.update(us=seconds * 1e6, tflops=flops / seconds / 1e12)
+            except Exception as exc:  # a peer that cannot run this shape is recorded, not fatal
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            rows.append(row)
+            if progress:
+                progress()
+    return {"environment": environment(device, backend), "results": rows}
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
+
+
+def speedups(report: dict) -> dict[str, float]:
+    """Geometric-mean speedup of ours over each peer, over the shapes both ran."""
+    by_shape: dict[tuple, dict[str, float]] = {}
+    for r in report["results"]:
+        if "tflops" in r:
+            by_shape.setdefault((r["m"], r["n"], r["k"]), {})[r["impl"]] = r["tflops"]
+    peers = {r["impl"] for r in report["results"]} - {OURS}
+    return {
+        p: geomean([t[OURS] / t[p] for t in by_shape.values() if OURS in t and p in t]) for p in sorted(peers)
+    }
+
+
+def save_json(report: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    report = dict(report, geomean_speedup_of_ours=speedups(report))
+    path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = list(dict.fromkeys((r["m"], r["n"], r["k"]) for r in report["results"]))
+    impls = list(dict.fromkeys(r["impl"] for r in report["results"]))
+    width = 0.8 / len(impls)
+    fig, ax = plt.subplots(figsize=(max(8, len(shapes) * 0.8), 5))
+    for i, impl in enumerate(impls):
+        tf = {(r["m"], r["n"], r["k"]): r.get("tflops", 0.0) for r in report["results"] if r["impl"] == impl}
+        ax.bar([s + i * width for s in range(len(shapes))], [tf.get(s, 0.0) for s in shapes], width, label=impl)
+    ax.set_xticks([s + 0.4 - width / 2 for s in range(len(shapes))])
+    ax.set_xticklabels([f"{m}x{n}x{k}" for m, n, k in shapes], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("TFLOP/s")
+    env = report["environment"]
+    ax.set_title(f"FP8 block-scaled GEMM, {env['device']}, {env['date'][:10]}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,172 @@
+"""The ``fp8gemm`` command: ``info``, ``check``, ``bench``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from . import __version__, bench, conformance, registry
+from .ops import preferred_fp8_dtype
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _info_dict(device: torch.device, backend: str | None) -> dict:
+    info = {"fp8gemm": __version__, "torch": torch.__version__, "device": registry.describe_device(device).describe()}
+    info["installed"] = [
+        {"name": ib.name, "distribution": ib.distribution, "entry_point": ib.entry_point, "error": ib.error}
+        | (
+            {"platform": ib.backend.platform, "targets": list(ib.backend.targets), "fp8_dtype": ib.backend.fp8_dtype,
+             "version": ib.backend.version, "build_info": dict(ib.backend.build_info)}  # fmt: skip
+            if ib.backend
+            else {}
+        )
+        for ib in registry.installed_backends()
+    ]
+    try:
+        sel = registry.select(device, backend)
+        info["selected"] = {"name": sel.backend.name, "reason": sel.reason}
+    except RuntimeError as exc:
+        info["selected"] = {"name": None, "reason": str(exc)}
+    return info
+
+
+def cmd_info(args) -> int:
+    device = torch.device(args.device) if args.device else _default_device()
+    info = _info_dict(device, args.backend)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    console.print(f"fp8gemm {info['fp8gemm']}, torch {info['torch']}")
+    console.print(f"device: {info['device']}")
+    table = Table(title="installed backends (entry points in 'fp8gemm.backends')")
+    for col in ("name", "distribution", "targets", "fp8 dtype", "version", "build / load error"):
+        table.add_column(col)
+    table.add_row("reference", "fp8gemm-core", "any", "e4m3fn / e4m3fnuz", __version__, "pure torch")
+    for ib in info["installed"]:
+        if ib["error"]:
+            table.add_row(ib["name"], ib["distribution"], "?", "?", "?", f"[red]FAILED TO LOAD: {ib['error']}[/red]")
+        else:
+            build = ", ".join(f"{k}={v}" for k, v in ib["build_info"].items())
+            table.add_row(ib["name"], ib["distribution"], "/".join(ib["targets"]), ib["fp8_dtype"], ib["version"], build)
+    console.print(table)
+    sel = info["selected"]
+    console.print(f"selected: [bold]{sel['name']}[/bold] ({sel['reason']})" if sel["name"] else f"[red]{sel['reason']}[/red]")
+    return 0
+
+
+def cmd_check(args) -> int:
+    device = torch.device(args.device) if args.device else _default_device()
+    chosen = registry.select(device, args.backend).backend
+    fp8 = preferred_fp8_dtype(device, args.backend)
+    console.print(f"conformance of backend [bold]{chosen.name}[/bold] on {registry.describe_device(device).describe()}")
+    table = Table()
+    for col in ("case", "rel. error", "tolerance", "result"):
+        table.add_column(col)
+    failures = 0
+    for case in conformance.cases(device, n_random=args.random, seed=args.seed):
+        r = conformance.run_case(case, device, fp8, args.backend)
+        failures += not r.passed
+        verdict = "[green]pass[/green]" if r.passed else f"[red]FAIL[/red] {r.detail}"
+        table.add_row(case.id, f"{r.rel_err:.2e}", f"{conformance.TOLERANCE[case.out_dtype]:.0e}", verdict)
+    for bad in conformance.BAD_INPUTS:
+        ok, detail = conformance.run_bad_input(bad, device, fp8, args.backend)
+        failures += not ok
+        table.add_row(f"bad input: {bad.id}", "", bad.error.__name__, "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}")
+    console.print(table)
+    console.print(f"{'[red]' if failures else '[green]'}{failures} failure(s)")
+    return 1 if failures else 0
+
+
+def _parse_shape(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must be M,N,K (three integers), got {text!r}") from None
+    return m, n, k
+
+
+def cmd_bench(args) -> int:
+    device = torch.device(args.device) if args.device else _default_device()
+    shapes = args.shapes or bench.SHAPE_SETS[args.set or bench.default_shape_set(device)]
+    out_dtype = torch.float32 if args.out_dtype == "float32" else torch.bfloat16
+    n_impls = 1 + len(bench.available_peers(device))
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("benchmarking", total=len(shapes) * n_impls)
+        report = bench.run(shapes, device, args.backend, lambda: progress.advance(task), out_dtype)
+    _print_bench_table(report)
+    if args.json:
+        bench.save_json(report, Path(args.json))
+        console.print(f"wrote {args.json}")
+    if args.plot:
+        bench.plot(report, Path(args.plot))
+        console.print(f"wrote {args.plot}")
+    return 0
+
+
+def _print_bench_table(report: dict) -> None:
+    env = report["environment"]
+    table = Table(title=f"TFLOP/s (median), {env['device']}, torch {env['torch']}, {env['date']}")
+    impls = list(dict.fromkeys(r["impl"] for r in report["results"]))
+    table.add_column("M x N x K")
+    for impl in impls:
+        table.add_column(impl, justify="right")
+    by_shape: dict[tuple, dict[str, str]] = {}
+    for r in report["results"]:
+        cell = f"{r['tflops']:.1f}" if "tflops" in r else "error"
+        if r.get("rel_err") is not None and r["rel_err"] > conformance.TOLERANCE[torch.bfloat16]:
+            cell += f" (WRONG, err {r['rel_err']:.2g})"
+        by_shape.setdefault((r["m"], r["n"], r["k"]), {})[r["impl"]] = cell
+    for (m, n, k), cells in by_shape.items():
+        table.add_row(f"{m}x{n}x{k}", *(cells.get(i, "-") for i in impls))
+    console.print(table)
+    for peer, s in bench.speedups(report).items():
+        console.print(f"geomean speedup of fp8gemm over {peer}: {s:.2f}x")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="fp8gemm", description="FP8 block-scaled GEMM (DeepSeek-V3 recipe)")
+    parser.add_argument("--version", action="version", version=f"fp8gemm {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    common.add_argument("--backend", help="backend name or 'reference' (default: $FP8GEMM_BACKEND, else best fit)")
+
+    p = sub.add_parser("info", parents=[common], help="device, installed backends, which one is chosen and why")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("check", parents=[common], help="run the conformance suite; non-zero exit on failure")
+    p.add_argument("--random", type=int, default=6, help="number of random shapes besides the fixed ones")
+    p.add_argument("--seed", type=int, help="seed for the random shapes (default: fresh)")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("bench", parents=[common], help="time ours against the available peers")
+    p.add_argument("--set", choices=sorted(bench.SHAPE_SETS), help="named shape set (default by device)")
+    p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="shapes instead of a set")
+    p.add_argument("--out-dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    p.add_argument("--json", help="write results to this JSON file")
+    p.add_argument("--plot", help="write a bar chart to this PNG file")
+    p.set_defaults(func=cmd_bench)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""``fp8gemm.gemm``: validation, backend dispatch, and the torch.library ops for torch.compile."""
+
+from __future__ import annotations
+
+import torch
+
+from . import registry
+from .protocol import OUT_BF16, OUT_FP32, Backend
+from .reference import REFERENCE, reference_gemm
+from .validation import check_inputs, check_tensor, conform_scale
+
+
+def _current_stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream  # a hipStream_t under ROCm torch
+
+
+def _launch(backend: Backend, a, b, a_scale, b_scale, out: torch.Tensor) -> None:
+    m, k = a.shape
+    n = b.shape[0]
+    a_scale, a_scale_ld = conform_scale(a_scale, backend.a_scale_layout)
+    b_scale, b_scale_ld = conform_scale(b_scale, backend.b_scale_layout)
+    ws_bytes = backend.workspace_bytes(m, n, k)
+    workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=a.device) if ws_bytes else None
+    stream = _current_stream(a.device)
+    backend.launch(
+        a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(),
+        workspace.data_ptr() if workspace is not None else 0,
+        m, n, k, a.stride(0), b.stride(0), out.stride(0), a_scale_ld, b_scale_ld,
+        OUT_FP32 if out.dtype == torch.float32 else OUT_BF16, stream,
+    )  # fmt: skip
+
+
+def _run(backend_name: str, a, b, a_scale, b_scale, out, out_dtype) -> torch.Tensor:
+    """Validate, pick the backend, allocate ``out`` if needed, and run."""
+    check_tensor("a", a)  # the device of a picks the backend
+    backend = registry.select(a.device, backend_name or None).backend
+    dtype = check_inputs(a, b, a_scale, b_scale, out, out_dtype, backend.fp8_dtype)
+    if out is None:
+        out = torch.empty((a.shape[0], b.shape[0]), dtype=dtype, device=a.device)
+    if a.shape[0] == 0:
+        return out
+    if backend is REFERENCE:
+        return reference_gemm(a, b, a_scale, b_scale, out)
+    _launch(backend, a, b, a_scale, b_scale, out)
+    return out
+
+
+# --- torch.library ops: what torch.compile and graph capture see -----------------------------------
+
+
+@torch.library.custom_op("fp8gemm::gemm", mutates_args=())
+def _gemm_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
+             out_dtype: torch.dtype, backend: str) -> torch.Tensor:  # fmt: skip
+    return _run(backend, a, b, a_scale, b_scale, None, out_dtype)
+
+
+@_gemm_op.register_fake
+def _(a, b, a_scale, b_scale, out_dtype, backend):
+    dtype = check_inputs(a, b, a_scale, b_scale, None, out_dtype, None)
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=dtype)
+
+
+@torch.library.custom_op("fp8gemm::gemm_out", mutates_args=("out",))
+def _gemm_out_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
+                 out: torch.Tensor, backend: str) -> None:  # fmt: skip
+    _run(backend, a, b, a_scale, b_scale, out, None)
+
+
+@_gemm_out_op.register_fake
+def _(a, b, a_scale, b_scale, out, backend):
+    check_inputs(a, b, a_scale, b_scale, out, None, None)
+
+
+def gemm(a, b, a_scale, b_scale, *, out=None, out_dtype=None, backend: str | None = None) -> torch.Tensor:
+    """``out[m, n] = sum_k a[m, k] * b[n, k] * a_scale[m, k // 128] * b_scale[n // 128, k // 128]``.
+
+    a: FP8 [M, K] (activations), b: FP8 [N, K] (the nn.Linear weight), both K-contiguous.
+    a_scale: fp32 [M, K/128]; b_scale: fp32 [ceil(N/128), K/128]; either row- or column-major.
+    out_dtype: torch.bfloat16 (default) or torch.float32; ``out=`` is written in place.
+    backend: a backend name or "reference"; default ``$FP8GEMM_BACKEND``, else the best fit for the
+    device. See docs/architecture.md for the full contract.
+    """
+    if torch.compiler.is_compiling():
+        if out is not None:
+            torch.ops.fp8gemm.gemm_out(a, b, a_scale, b_scale, out, backend or "")
+            return out
+        return torch.ops.fp8gemm.gemm(a, b, a_scale, b_scale, out_dtype or torch.bfloat16, backend or "")
+    # Eager calls skip the op dispatcher: same code, a few microseconds less per call.
+    return _run(backend or "", a, b, a_scale, b_scale, out, out_dtype)
+
+
+def prepare_weight_scale(b_scale: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
+    """``b_scale`` converted once into the layout the backend for its device reads.
+
+    Weights are static: pass the result to every ``gemm`` call and no per-call conversion happens.
+    """
+    if not isinstance(b_scale, torch.Tensor) or b_scale.dim() != 2 or b_scale.dtype != torch.float32:
+        raise TypeError("b_scale must be a 2-D torch.float32 tensor [ceil(N/128), K/128]")
+    chosen = registry.select(b_scale.device, backend).backend
+    if chosen is REFERENCE:
+        return b_scale
+    return conform_scale(b_scale, chosen.b_scale_layout)[0]
+
+
+def preferred_fp8_dtype(device: torch.device | str, backend: str | None = None) -> torch.dtype:
+    """The FP8 dtype the backend for ``device`` takes (e4m3fn on CPU/reference)."""
+    chosen = registry.select(device, backend).backend
+    return getattr(torch, chosen.fp8_dtype) if chosen.fp8_dtype else torch.float8_e4m3fn

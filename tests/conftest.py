@@ -1,0 +1,36 @@
+"""Shared fixtures: the device under test and every backend that can run on it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import fp8gemm
+from fp8gemm import registry
+
+
+def device_under_test() -> torch.device:
+    """``$FP8GEMM_TEST_DEVICE``, else the GPU if there is one, else the CPU."""
+    name = os.environ.get("FP8GEMM_TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def backends_under_test() -> list[str]:
+    """The reference plus every installed backend that fits the device (the suite runs on each)."""
+    device = device_under_test()
+    names = ["reference"]
+    if device.type != "cpu":
+        info = registry.describe_device(device)
+        names += [ib.name for ib in registry.installed_backends() if ib.backend and registry._fits(ib.backend, info)]
+    return names
+
+
+@pytest.fixture(scope="session")
+def device() -> torch.device:
+    return device_under_test()
+
+
+def fp8_dtype_for(device: torch.device, backend: str) -> torch.dtype:
+    return fp8gemm.preferred_fp8_dtype(device, backend)
