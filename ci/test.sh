@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): set up, then every check that runs without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/setup.sh
+python3 ci/check_pixi.py
+python3 -m pytest tests -q "$@"

@@ -1,0 +1,65 @@
+"""Repository configuration: pixi.toml validity and cross-references, CI wiring."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "ci"))
+import check_pixi  # noqa: E402
+
+try:
+    import tomllib
+except ImportError:
+    import tomli as tomllib
+
+
+@pytest.fixture
+def manifest():
+    return tomllib.loads((ROOT / "pixi.toml").read_text())
+
+
+def test_pixi_manifest_is_valid(manifest):
+    assert check_pixi.cross_reference_errors(manifest) == []
+    if not check_pixi.SCHEMA.exists():
+        pytest.skip(f"{check_pixi.SCHEMA} not present")
+    assert check_pixi.schema_errors(manifest) == []
+
+
+def test_schema_check_catches_unknown_keys(manifest):
+    if not check_pixi.SCHEMA.exists():
+        pytest.skip(f"{check_pixi.SCHEMA} not present")
+    manifest["workspace"]["bogus-key"] = 1
+    manifest["tasks"]["test"]["not-a-field"] = True
+    errors = check_pixi.schema_errors(manifest)
+    assert any("bogus-key" in e for e in errors) and any("not-a-field" in e for e in errors)
+
+
+def test_cross_reference_check_catches_dangling_names(manifest):
+    manifest["environments"]["broken"] = ["no-such-feature"]
+    manifest["feature"]["cuda128"]["tasks"]["build"]["depends-on"].append("no-such-task")
+    manifest["feature"]["rocm63"]["platforms"] = ["linux-64-undeclared"]
+    errors = "\n".join(check_pixi.cross_reference_errors(manifest))
+    assert "undefined feature(s) ['no-such-feature']" in errors
+    assert "depends on 'no-such-task'" in errors
+    assert "linux-64-undeclared" in errors
+
+
+def test_environments_and_tasks_the_users_run(manifest):
+    assert {"default", "cuda128", "rocm63"} <= set(manifest["environments"])
+    assert {"build", "test", "bench", "lint", "render"} <= set(manifest["tasks"])
+    rocm = manifest["feature"]["rocm63"]["dependencies"]
+    assert rocm["rocm-cmake"] == "6.3.*" and rocm["hipcc"] == "6.3.*"
+    assert manifest["feature"]["cuda128"]["dependencies"]["cuda-version"].startswith("12.8")
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"^(\S.*?)\s+# the test command$", readme, re.M)
+    assert commands == ["bash ci/test.sh"], commands
+    ci = [l for l in (ROOT / ".ci/run").read_text().splitlines() if l and not l.startswith(("#", "set ", "cd "))]
+    assert ci == ["exec " + commands[0]]
