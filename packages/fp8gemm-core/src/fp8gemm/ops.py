@@ -41,7 +41,11 @@ def _run(backend_name: str, a, b, a_scale, b_scale, out, out_dtype) -> torch.Ten
         return out
     if backend is REFERENCE:
         return reference_gemm(a, b, a_scale, b_scale, out)
-    _launch(backend, a, b, a_scale, b_scale, out)
+    if a.device.index != torch.cuda.current_device():  # kernels launch on the current device
+        with torch.cuda.device(a.device):
+            _launch(backend, a, b, a_scale, b_scale, out)
+    else:
+        _launch(backend, a, b, a_scale, b_scale, out)
     return out
 
 
