@@ -6,7 +6,7 @@ so these tests also check the launch protocol: pointers, leading dims, scale lay
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import importlib
 import subprocess
 import sys
@@ -99,6 +99,7 @@ def fake_gpu(monkeypatch):
     def use(info: DeviceInfo):
         monkeypatch.setattr(registry, "describe_device", lambda device: info)
         monkeypatch.setattr(ops, "_current_stream", lambda device: 1234)
+        monkeypatch.setattr(ops, "_device_guard", lambda device: contextlib.nullcontext())
         registry._select_cached.cache_clear()
 
     yield use

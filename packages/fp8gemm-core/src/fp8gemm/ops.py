@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from . import registry
 from .protocol import OUT_BF16, OUT_FP32, Backend
 from .reference import REFERENCE, reference_gemm
 from .validation import check_inputs, check_tensor, conform_scale
+
+
+def _device_guard(device: torch.device):
+    """Kernels launch on the current device: switch only when the tensors live elsewhere."""
+    return contextlib.nullcontext() if device.index == torch.cuda.current_device() else torch.cuda.device(device)
 
 
 def _current_stream(device: torch.device) -> int:
@@ -41,10 +48,7 @@ def _run(backend_name: str, a, b, a_scale, b_scale, out, out_dtype) -> torch.Ten
         return out
     if backend is REFERENCE:
         return reference_gemm(a, b, a_scale, b_scale, out)
-    if a.device.index != torch.cuda.current_device():  # kernels launch on the current device
-        with torch.cuda.device(a.device):
-            _launch(backend, a, b, a_scale, b_scale, out)
-    else:
+    with _device_guard(a.device):
         _launch(backend, a, b, a_scale, b_scale, out)
     return out
 
