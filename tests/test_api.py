@@ -81,13 +81,13 @@ def test_kxm_layout_adapter():
 
 
 def test_cli_check_passes_on_reference(capsys):
-    assert main(["check", "--random", "2"]) == 0
+    assert main(["check", "--random", "2", "--device", "cpu"]) == 0
     assert "0 failure(s)" in capsys.readouterr().out
 
 
 def test_cli_bench_writes_json_and_plot(tmp_path, capsys):
     js, png = tmp_path / "r.json", tmp_path / "r.png"
-    assert main(["bench", "--shapes", "16,256,512", "64,128,256", "--json", str(js), "--plot", str(png)]) == 0
+    assert main(["bench", "--device", "cpu", "--shapes", "16,256,512", "64,128,256", "--json", str(js), "--plot", str(png)]) == 0
     report = json.loads(js.read_text())
     assert report["environment"]["backend"] == "reference" and report["environment"]["torch"] == torch.__version__
     rows = [r for r in report["results"] if r["impl"] == "fp8gemm"]
@@ -99,11 +99,11 @@ def test_cli_bench_writes_json_and_plot(tmp_path, capsys):
 def test_cli_rejects_bad_shape_and_bad_backend(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--shapes", "16,256"])
-    assert main(["check", "--backend", "nope"]) == 2
+    assert main(["check", "--device", "cpu", "--backend", "nope"]) == 2
     assert "is not installed" in capsys.readouterr().out
 
 
 def test_python_dash_m_entry():
-    run = subprocess.run([sys.executable, "-m", "fp8gemm", "info", "--json"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-m", "fp8gemm", "info", "--json", "--device", "cpu"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["selected"]["name"] == "reference"

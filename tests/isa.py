@@ -1,0 +1,61 @@
+"""Build an arch package's wheel without a GPU and read its machine code (SASS / AMDGPU ISA)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def require_tool(name: str) -> str:
+    """The tool's path; a skip where it is missing, but a failure in CI (CI must have it)."""
+    path = shutil.which(name) or _pip_nvidia_tool(name)
+    if path:
+        return path
+    message = f"{name} not found (bash ci/setup.sh installs it)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _pip_nvidia_tool(name: str) -> str | None:
+    # nvidia-cuda-cuobjdump / -nvdisasm wheels put the binaries under site-packages/nvidia/cu*/bin.
+    for candidate in Path(sysconfig.get_paths()["purelib"]).glob(f"nvidia/cu*/bin/{name}"):
+        return str(candidate)
+    return None
+
+
+def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None) -> Path:
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out_dir), str(ROOT / "packages" / package)]
+    run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=1200)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    (wheel,) = out_dir.glob("*.whl")
+    return wheel
+
+
+def extract_module(wheel: Path, out_dir: Path, pattern: str = r"_C\..*\.so$") -> Path:
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if re.search(pattern, n)]
+        zf.extract(name, out_dir)
+    return out_dir / name
+
+
+def sass_opcodes(cuobjdump: str, binary: Path) -> collections.Counter:
+    env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}:{os.environ['PATH']}"}  # it calls nvdisasm
+    sass = subprocess.run([cuobjdump, "-sass", str(binary)], capture_output=True, text=True, env=env, check=True).stdout
+    return collections.Counter(re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
+
+
+def needed_libraries(binary: Path) -> list[str]:
+    out = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out)
