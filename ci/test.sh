@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
 python3 ci/check_pixi.py
+python3 ci/render_recipes.py | tail -1
 python3 -m pytest tests -q "$@"
