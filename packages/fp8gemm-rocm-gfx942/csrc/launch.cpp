@@ -1,0 +1,61 @@
+// Host side: device query, plan (heuristics.hpp), launches on the caller's stream. Plain C++ against
+// the HIP runtime API, compiled by the host compiler.
+#include <hip/hip_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "launch.hpp"
+
+namespace fp8gemm_gfx942 {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+void check(int err, const char* what) {
+  if (err != hipSuccess)
+    throw std::runtime_error(std::string("fp8gemm-rocm-gfx942: ") + what + ": " + hipGetErrorString(static_cast<hipError_t>(err)));
+}
+
+int current_device() {
+  int dev = 0;
+  check(hipGetDevice(&dev), "hipGetDevice");
+  if (dev < 0 || dev >= kMaxDevices) throw std::runtime_error("fp8gemm-rocm-gfx942: device index out of range");
+  return dev;
+}
+
+}  // namespace
+
+int cu_count() {
+  static int cached[kMaxDevices] = {};
+  const int dev = current_device();
+  if (!cached[dev]) check(hipDeviceGetAttribute(&cached[dev], hipDeviceAttributeMultiprocessorCount, dev), "CU count");
+  return cached[dev];
+}
+
+int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) { return geometry(m, n, k, cu_count()).workspace_bytes; }
+
+void launch(const LaunchArgs& args) {
+  const Geometry g = geometry(args.m, args.n, args.k, cu_count());
+  if (g.grid_z > 1 && !args.workspace) throw std::runtime_error("fp8gemm-rocm-gfx942: split-K plan needs the workspace");
+  Params p{};
+  p.a = reinterpret_cast<const uint8_t*>(args.a);
+  p.b = reinterpret_cast<const uint8_t*>(args.b);
+  p.a_scale = reinterpret_cast<const float*>(args.a_scale);
+  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
+  p.out = reinterpret_cast<void*>(args.out);
+  p.partial = g.grid_z > 1 ? reinterpret_cast<float*>(args.workspace) : nullptr;
+  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
+  p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
+  p.out_fp32 = args.out_kind == 1;
+  p.kb_per_split = g.kb_per_split;
+  void* stream = reinterpret_cast<void*>(args.stream);
+  check(enqueue_gemm(p, g, stream), "GEMM kernel launch");
+  if (g.grid_z > 1) {
+    const int64_t blocks = (args.m * args.n + kThreads - 1) / kThreads;
+    check(enqueue_reduce(p, g.grid_z, static_cast<int>(blocks < 8 * cu_count() ? blocks : 8 * cu_count()), stream),
+          "split-K reduction launch");
+  }
+}
+
+}  // namespace fp8gemm_gfx942

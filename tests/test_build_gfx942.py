@@ -1,0 +1,109 @@
+"""fp8gemm-rocm-gfx942 without an MI300X: it compiles for gfx942 (Debian's clang-19, HIP 5.2 runtime
+library), its ISA holds the FP8 MFMA instructions without scratch or spills, the host extension links
+and loads, and its host-side tiling logic covers every shape of the contract."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fp8gemm
+from fp8gemm import registry
+from isa import build_wheel, needed_libraries, require_tool
+
+
+@pytest.fixture(scope="module")
+def gfx942_dir(tmp_path_factory):
+    require_tool("clang++-19")
+    tmp = tmp_path_factory.mktemp("gfx942")
+    wheel = build_wheel("fp8gemm-rocm-gfx942", tmp / "wheel", {"FP8GEMM_HIP_COMPILER": "clang++-19", "FP8GEMM_HEADER_LIGHT": "ON"})
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tmp / "site")
+    return tmp / "site"
+
+
+@pytest.fixture(scope="module")
+def gfx942_module(gfx942_dir):
+    sys.path.insert(0, str(gfx942_dir))
+    importlib.invalidate_caches()
+    yield importlib.import_module("fp8gemm_rocm_gfx942._C")
+    sys.path.remove(str(gfx942_dir))
+
+
+def _disassembly(gfx942_dir) -> str:
+    objdump = require_tool("llvm-objdump-19")
+    elf = gfx942_dir / "fp8gemm_rocm_gfx942" / "isa" / "kernels-gfx942.elf"
+    return subprocess.run([objdump, "-d", "--mcpu=gfx942", str(elf)], capture_output=True, text=True, check=True).stdout
+
+
+def test_isa_has_fp8_mfma_and_no_scratch(gfx942_dir):
+    asm = _disassembly(gfx942_dir)
+    ops = re.findall(r"^\s+(v_mfma\w+|global_load_dwordx4|ds_write_b128|scratch_\w+|buffer_store\w*)\b", asm, re.M)
+    mfma = [op for op in ops if op.startswith("v_mfma")]
+    assert set(mfma) == {"v_mfma_f32_32x32x16_fp8_fp8"}, set(mfma)
+    assert len(mfma) == 4 * 4 + 4 * 1  # 4 K-steps x (2x2 tiles for 128 rows, 1 tile for 32 rows)
+    assert "global_load_dwordx4" in ops and "ds_write_b128" in ops  # 16-byte loads, 16-byte LDS stores
+    assert not [op for op in ops if op.startswith(("scratch_", "buffer_store"))]
+
+
+def test_code_object_targets_gfx942_sramecc_on_xnack_off(gfx942_dir):
+    elf = (gfx942_dir / "fp8gemm_rocm_gfx942" / "isa" / "kernels-gfx942.elf").read_bytes()
+    assert b"amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-" in elf
+
+
+def test_resource_usage_no_spills_lds_fits(gfx942_dir):
+    report = (gfx942_dir / "fp8gemm_rocm_gfx942" / "isa" / "resource-usage.txt").read_text()
+    kernels = re.split(r"remark: Function Name: ", report)[1:]
+    assert len(kernels) == 3  # two tile configs + split-K reduction
+    for text in kernels:
+        name = text.split()[0]
+        field = lambda key: int(re.search(rf"{key}: (\d+)", text).group(1))  # noqa: E731
+        assert field(r"ScratchSize \[bytes/lane\]") == 0, name
+        assert field("VGPRs Spill") == 0 and field("SGPRs Spill") == 0, name
+        assert field("VGPRs") + field("AGPRs") <= 512, name
+        assert field(r"LDS Size \[bytes/block\]") <= 64 * 1024, name
+
+
+def test_host_extension_links_hip_not_torch(gfx942_dir):
+    (so,) = (gfx942_dir / "fp8gemm_rocm_gfx942").glob("_C*.so")
+    needed = needed_libraries(so)
+    assert any(lib.startswith("libamdhip64.so") for lib in needed), needed
+    assert not any("torch" in lib or "c10" in lib for lib in needed), needed
+
+
+@settings(max_examples=300, deadline=None)
+@given(m=st.integers(1, 20000), n16=st.integers(1, 2048), kb=st.integers(1, 160), cus=st.sampled_from([80, 228, 304]))
+def test_launch_geometry_covers_every_output_and_k_block_once(gfx942_module, m, n16, kb, cus):
+    n, k = 16 * n16, 128 * kb
+    plan = gfx942_module.plan(m, n, k, cus)
+    gx, gy, gz = plan["grid"]
+    bm, bn, per = plan["block_m"], plan["block_n"], plan["kb_per_split"]
+    assert bm == (32 if m <= 32 else 128) and bn == 128
+    assert (gx - 1) * bn < n <= gx * bn and (gy - 1) * bm < m <= gy * bm  # every row/col, no empty tile
+    assert (gz - 1) * per < kb <= gz * per  # K blocks split without overlap, no empty split
+    assert plan["workspace_bytes"] == (gz * m * n * 4 if gz > 1 else 0)
+    if gz > 1:
+        assert gx * gy < cus and per >= 4 and gx * gy * (gz - 1) < cus  # split only to fill the GPU
+
+
+def test_backend_registers_and_is_chosen_for_an_mi300x(gfx942_dir, gfx942_module, monkeypatch):
+    monkeypatch.syspath_prepend(str(gfx942_dir))
+    registry.installed_backends(refresh=True)
+    try:
+        (ib,) = [ib for ib in registry.installed_backends() if ib.name == "gfx942"]
+        assert ib.error is None and ib.backend.fp8_dtype == "float8_e4m3fnuz" and ib.distribution == "fp8gemm-rocm-gfx942"
+        mi300x = registry.DeviceInfo("rocm", "AMD Instinct MI300X", ("gfx942",), "gfx942:sramecc+:xnack-")
+        monkeypatch.setattr(registry, "describe_device", lambda device: mi300x)
+        registry._select_cached.cache_clear()
+        assert fp8gemm.select("cpu").backend.name == "gfx942"
+        assert fp8gemm.preferred_fp8_dtype("cpu") == torch.float8_e4m3fnuz
+    finally:
+        registry.installed_backends(refresh=True)
