@@ -1,0 +1,230 @@
+// FP8 block-scaled GEMM for Hopper (sm_90a): TMA + mbarrier pipeline, warp specialisation, wgmma.
+//
+// out[m, n] = sum_kb a_scale[m, kb] * b_scale[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k]
+//
+// A persistent grid walks (m block, n block, K split) tiles. Per CTA, one producer warpgroup (one
+// thread issues TMA) fills a ring of kStages shared-memory stages, each holding one 128-wide K
+// block of A (BLOCK_M x 128), B (128 x 128) and A's scales (BLOCK_M floats); kConsumers warpgroups
+// of 64 rows each multiply a stage with four wgmma m64n128k32 into a fresh fp32 accumulator,
+// release the stage, and promote the accumulator into the running total with both scales (the
+// tensor core's FP8 accumulation is not full fp32, so it is never run for more than 128 of K).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "heuristics.hpp"
+#include "wgmma.cuh"
+
+namespace fp8gemm_sm90a {
+
+struct Params {
+  void* out;              // [m, n] bf16 or fp32, row stride ldo (elements)
+  float* partial;         // split-K: [splits][m][n] fp32, else null
+  const float* b_scale;   // K-major: b_scale[(n / 128) * sb_ld + kb]
+  int m, n, k;
+  int64_t ldo, sb_ld;
+  int out_fp32;
+  int kb_per_split, splits, m_blocks, n_blocks;
+};
+
+template <int kConsumers, int kStages>
+struct Cfg {
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kABytes = kBlockM * kBlockK;
+  static constexpr int kBBytes = kBlockN * kBlockK;
+  static constexpr int kSBytes = kBlockM * 4;
+  static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // TMA counts OOB-filled bytes too
+  // [A x stages][B x stages][scales x stages][full bars][empty bars]; tiles 1024-byte aligned (SW128).
+  static constexpr int kBarOffset = kStages * (kABytes + kBBytes + kSBytes);
+  static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + alignment slack
+  static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_u32(dst)),
+      "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t sw128_desc(const void* tile) {
+  const uint64_t addr = smem_u32(tile);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+struct Tile {
+  int m_block, n_block, split;
+};
+
+__device__ __forceinline__ Tile tile_at(const Params& p, int t) {
+  // M blocks vary fastest: CTAs running together share B tiles in L2 (A is the smaller operand
+  // at the sizes where that matters).
+  Tile tile;
+  tile.m_block = t % p.m_blocks;
+  t /= p.m_blocks;
+  tile.n_block = t % p.n_blocks;
+  tile.split = t / p.n_blocks;
+  return tile;
+}
+
+template <int kConsumers, int kStages>
+__global__ void __launch_bounds__(Cfg<kConsumers, kStages>::kThreads, 1)
+    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                const __grid_constant__ CUtensorMap map_scale, const Params p) {
+  using C = Cfg<kConsumers, kStages>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* tiles_a = smem;
+  uint8_t* tiles_b = smem + kStages * C::kABytes;
+  float* scales = reinterpret_cast<float*>(smem + kStages * (C::kABytes + C::kBBytes));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOffset);
+  uint64_t* empty = full + kStages;
+
+  const int warpgroup = threadIdx.x / 128;
+  const int kb_total = p.k / kBlockK;
+  const int num_tiles = p.m_blocks * p.n_blocks * p.splits;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumers * 4);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == kConsumers) {  // producer warpgroup: the last one
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == kConsumers * 128) {
+      uint32_t iter = 0;
+      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        const Tile tile = tile_at(p, t);
+        const int kb_begin = tile.split * p.kb_per_split;
+        const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
+        for (int kb = kb_begin; kb < kb_end; ++kb, ++iter) {
+          const int s = iter % kStages;
+          mbar_wait(&empty[s], ((iter / kStages) & 1) ^ 1);  // a fresh barrier passes the first round
+          mbar_expect_tx(&full[s], C::kTxBytes);
+          tma_load_2d(tiles_a + s * C::kABytes, &map_a, &full[s], kb * kBlockK, tile.m_block * C::kBlockM);
+          tma_load_2d(tiles_b + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, tile.n_block * kBlockN);
+          tma_load_2d(scales + s * C::kBlockM, &map_scale, &full[s], tile.m_block * C::kBlockM, kb);
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumer warpgroups.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
+  uint32_t iter = 0;
+  for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    const Tile tile = tile_at(p, t);
+    const int kb_begin = tile.split * p.kb_per_split;
+    const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
+    const float* b_scale_row = p.b_scale + tile.n_block * p.sb_ld;
+    float total[64], acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) total[i] = 0.0f;
+
+    for (int kb = kb_begin; kb < kb_end; ++kb, ++iter) {
+      const int s = iter % kStages;
+      const float b_scale = __ldg(b_scale_row + kb);
+      mbar_wait(&full[s], (iter / kStages) & 1);
+      const float s_lo = scales[s * C::kBlockM + row_in_tile] * b_scale;
+      const float s_hi = scales[s * C::kBlockM + row_in_tile + 8] * b_scale;
+      const uint8_t* a_tile = tiles_a + s * C::kABytes + warpgroup * 64 * kBlockK;
+      const uint8_t* b_tile = tiles_b + s * C::kBBytes;
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < kBlockK / 32; ++ks)  // K advances 32 bytes inside the 128-byte swizzle atom
+        wgmma_m64n128k32_e4m3(acc, sw128_desc(a_tile + ks * 32), sw128_desc(b_tile + ks * 32), ks > 0);
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      if (lane == 0) mbar_arrive(&empty[s]);  // stage free: its scales are in registers already
+      // Accumulator layout: register 4i + {0,1} is row (lane/4), 4i + {2,3} row (lane/4 + 8).
+#pragma unroll
+      for (int i = 0; i < 64; i += 4) {
+        total[i] += acc[i] * s_lo;
+        total[i + 1] += acc[i + 1] * s_lo;
+        total[i + 2] += acc[i + 2] * s_hi;
+        total[i + 3] += acc[i + 3] * s_hi;
+      }
+    }
+
+    // Epilogue: register 4i + j holds column 8i + 2 (lane % 4) + (j & 1). N % 16 == 0, so an
+    // 8-column group is wholly inside N or wholly outside.
+    const int m0 = tile.m_block * C::kBlockM + row_in_tile;
+    const int n0 = tile.n_block * kBlockN + 2 * (lane % 4);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int col = n0 + 8 * i;
+      if (col >= p.n) continue;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = m0 + 8 * half;
+        if (row >= p.m) continue;
+        const float x = total[4 * i + 2 * half], y = total[4 * i + 2 * half + 1];
+        if (p.partial) {
+          *reinterpret_cast<float2*>(p.partial + (int64_t(tile.split) * p.m + row) * p.n + col) = make_float2(x, y);
+        } else if (p.out_fp32) {
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + row * p.ldo + col) = make_float2(x, y);
+        } else {
+          *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.out) + row * p.ldo + col) =
+              __floats2bfloat162_rn(x, y);
+        }
+      }
+    }
+  }
+}
+
+// Split-K epilogue: out = sum over splits of the fp32 partials, 4 columns per thread.
+__global__ void reduce_splits(const float* __restrict__ partial, void* out, int m, int n, int64_t ldo, int splits,
+                              int out_fp32) {
+  const int64_t quads = int64_t(m) * n / 4;
+  for (int64_t q = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t idx = 4 * q;
+    float4 s = __ldg(reinterpret_cast<const float4*>(partial + idx));
+    for (int z = 1; z < splits; ++z) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(partial + int64_t(z) * m * n + idx));
+      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    }
+    const int64_t row = idx / n, col = idx % n;
+    if (out_fp32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(out) + row * ldo + col) = s;
+    } else {
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(out) + row * ldo + col);
+      dst[0] = __floats2bfloat162_rn(s.x, s.y);
+      dst[1] = __floats2bfloat162_rn(s.z, s.w);
+    }
+  }
+}
+
+}  // namespace fp8gemm_sm90a

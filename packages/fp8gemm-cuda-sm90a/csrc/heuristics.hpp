@@ -1,0 +1,40 @@
+// Shape heuristics for the sm_90a kernel, in one place: tile height, K splits, grid size.
+// workspace_bytes() and launch() both read plan_for(), so they always agree.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+namespace fp8gemm_sm90a {
+
+constexpr int kBlockN = 128;  // = scale block: one b_scale per tile and K block
+constexpr int kBlockK = 128;  // = scale block: one promotion per pipeline stage
+
+struct Plan {
+  int consumers;  // consumer warpgroups: BLOCK_M = 64 * consumers
+  int m_blocks, n_blocks, splits, kb_per_split;
+  int grid;  // persistent CTAs
+  int64_t workspace_bytes;
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// M <= 64 (decode) uses one consumer warpgroup (64-row tiles). When the tiles cannot fill the SMs,
+// K is split (fp32 partials + a reduction) until about one wave of CTAs runs, keeping >= 2 K blocks
+// per split. The grid is persistent: at most one CTA per SM.
+inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
+  Plan p{};
+  p.consumers = m <= 64 ? 1 : 2;
+  p.m_blocks = static_cast<int>(ceil_div(m, 64 * p.consumers));
+  p.n_blocks = static_cast<int>(ceil_div(n, kBlockN));
+  const int kb_total = static_cast<int>(k / kBlockK);
+  const int64_t tiles = int64_t(p.m_blocks) * p.n_blocks;
+  int splits = 1;
+  if (tiles < sm_count) splits = static_cast<int>(std::clamp<int64_t>(sm_count / tiles, 1, std::max(1, kb_total / 2)));
+  p.kb_per_split = static_cast<int>(ceil_div(kb_total, splits));
+  p.splits = static_cast<int>(ceil_div(kb_total, p.kb_per_split));  // no empty split
+  p.grid = static_cast<int>(std::min<int64_t>(tiles * p.splits, sm_count));
+  p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
+  return p;
+}
+
+}  // namespace fp8gemm_sm90a

@@ -1,0 +1,113 @@
+// Host side: tensor maps (TMA descriptors), the plan (heuristics.hpp), launches on the caller's stream.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "gemm_kernel.cuh"
+#include "launch.hpp"
+
+namespace fp8gemm_sm90a {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string("fp8gemm-cuda-sm90a: ") + what + ": " + cudaGetErrorString(err));
+}
+
+int current_device() {
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  if (dev < 0 || dev >= kMaxDevices) throw std::runtime_error("fp8gemm-cuda-sm90a: device index out of range");
+  return dev;
+}
+
+int sm_count(int dev) {
+  static int cached[kMaxDevices] = {};
+  if (!cached[dev]) check(cudaDeviceGetAttribute(&cached[dev], cudaDevAttrMultiProcessorCount, dev), "SM count");
+  return cached[dev];
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point: no link against libcuda.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_fn() {
+  static EncodeTiled fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status),
+          "cuTensorMapEncodeTiled lookup");
+    if (status != cudaDriverEntryPointSuccess || !ptr) throw std::runtime_error("fp8gemm-cuda-sm90a: driver lacks cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiled>(ptr);
+  }();
+  return fn;
+}
+
+// 2-D map over a row-major [rows, cols] matrix with row stride `ld` elements; OOB reads give zeros.
+CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes, int64_t cols, int64_t rows, int64_t ld,
+                     uint32_t box_cols, uint32_t box_rows, CUtensorMapSwizzle swizzle) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld * elem_bytes)};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode_fn()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw std::runtime_error("fp8gemm-cuda-sm90a: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
+  return map;
+}
+
+template <int kConsumers, int kStages>
+void launch_tiles(const LaunchArgs& a, const Params& p, int grid, cudaStream_t stream, int dev) {
+  using C = Cfg<kConsumers, kStages>;
+  static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
+  std::call_once(configured[dev], [] {
+    check(cudaFuncSetAttribute(gemm_kernel<kConsumers, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
+          "cudaFuncSetAttribute");
+  });
+  const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, C::kBlockM, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kBlockN, CU_TENSOR_MAP_SWIZZLE_128B);
+  // A scales, MN-major: row kb holds the scales of every M row for that K block.
+  const CUtensorMap map_s = make_map(reinterpret_cast<void*>(a.a_scale), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.m,
+                                     a.k / kBlockK, a.a_scale_ld, C::kBlockM, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  gemm_kernel<kConsumers, kStages><<<grid, C::kThreads, C::kSmemBytes, stream>>>(map_a, map_b, map_s, p);
+}
+
+}  // namespace
+
+int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) { return plan_for(m, n, k, sm_count(current_device())).workspace_bytes; }
+
+void launch(const LaunchArgs& args) {
+  const int dev = current_device();
+  const Plan plan = plan_for(args.m, args.n, args.k, sm_count(dev));
+  if (plan.splits > 1 && !args.workspace) throw std::runtime_error("fp8gemm-cuda-sm90a: split-K plan needs the workspace");
+  Params p{};
+  p.out = reinterpret_cast<void*>(args.out);
+  p.partial = plan.splits > 1 ? reinterpret_cast<float*>(args.workspace) : nullptr;
+  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
+  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
+  p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
+  p.out_fp32 = args.out_kind == 1;
+  p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
+  auto stream = reinterpret_cast<cudaStream_t>(args.stream);
+  if (plan.consumers == 1)
+    launch_tiles<1, 8>(args, p, plan.grid, stream, dev);
+  else
+    launch_tiles<2, 6>(args, p, plan.grid, stream, dev);
+  check(cudaGetLastError(), "GEMM kernel launch");
+  if (plan.splits > 1) {
+    const int64_t quads = args.m * args.n / 4;
+    const int blocks = static_cast<int>(std::min<int64_t>((quads + 255) / 256, 4 * sm_count(dev)));
+    reduce_splits<<<blocks, 256, 0, stream>>>(p.partial, p.out, p.m, p.n, p.ldo, plan.splits, p.out_fp32);
+    check(cudaGetLastError(), "split-K reduction launch");
+  }
+}
+
+}  // namespace fp8gemm_sm90a

@@ -1,0 +1,73 @@
+"""GPU-only behaviour of every installed backend: CUDA-graph capture, streams, torch.compile, devices.
+
+Skipped without a GPU (CI has none); run on the device machine with FP8GEMM_TEST_DEVICE=cuda.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fp8gemm
+from conftest import backends_under_test, device_under_test
+from fp8gemm import conformance
+from fp8gemm.reference import oracle
+
+pytestmark = pytest.mark.skipif(device_under_test().type == "cpu", reason="needs a GPU")
+GPU_BACKENDS = [b for b in backends_under_test() if b != "reference"]
+
+
+def _inputs(m, n, k, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return conformance.make_inputs(conformance.Case(m, n, k), torch.float8_e4m3fn, "cuda", gen)
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@pytest.mark.parametrize("m", [1, 64, 300])  # split-K and plain plans
+def test_cuda_graph_capture_and_replay(backend, m):
+    a, b, sa, sb = _inputs(m, 2112, 1024, seed=m)
+    b_scale = fp8gemm.prepare_weight_scale(sb, backend=backend)
+    out = torch.full((m, 2112), float("nan"), dtype=torch.bfloat16, device="cuda")
+    fp8gemm.gemm(a, b, sa, b_scale, out=out, backend=backend)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp8gemm.gemm(a, b, sa, b_scale, out=out, backend=backend)
+    for seed in (10, 11):  # new data in the captured buffers, then replay
+        a2, _, sa2, _ = _inputs(m, 2112, 1024, seed=seed)
+        a.copy_(a2), sa.copy_(sa2)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert conformance.relative_error(out, oracle(a, b, sa, sb)) < 4e-3
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_runs_on_the_current_stream(backend):
+    a, b, sa, sb = _inputs(256, 4096, 2048, seed=3)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = fp8gemm.gemm(a, b, sa, sb, backend=backend)
+        torch.cuda._sleep(1_000_000)  # keep the side stream busy: a default-stream launch would not wait
+        copy = out.clone()  # ordered after the GEMM only if the GEMM ran on `side`
+    side.synchronize()
+    assert conformance.relative_error(copy, oracle(a, b, sa, sb)) < 4e-3
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_torch_compile_on_gpu(backend):
+    a, b, sa, sb = _inputs(128, 1024, 512, seed=4)
+
+    def layer(a, sa):
+        return torch.relu(fp8gemm.gemm(a, b, sa, sb, backend=backend).float())
+
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(a, sa), layer(a, sa))
+
+
+def test_auto_selection_on_this_gpu():
+    chosen = fp8gemm.select("cuda").backend.name
+    installed = {ib.name for ib in fp8gemm.installed_backends() if ib.backend}
+    if "sm90a" in installed and torch.cuda.get_device_capability() == (9, 0):
+        assert chosen == "sm90a"
+    assert chosen in GPU_BACKENDS
