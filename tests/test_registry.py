@@ -85,6 +85,9 @@ def fake_site(tmp_path, monkeypatch):
     _install_fake(tmp_path, "fp8gemm_fake_broken", {"broken": "broken_backend:BACKEND", "misnamed": "fake_backends:amd", "wrongtype": "fake_backends:wrong_type"})
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv(registry.ENV_VAR, raising=False)
+    # Only the fake distributions: real arch packages installed here must not take part.
+    real = registry._entry_points
+    monkeypatch.setattr(registry, "_entry_points", lambda: [ep for ep in real() if ep.dist.name.startswith("fp8gemm_fake")])
     importlib.invalidate_caches()
     registry.installed_backends(refresh=True)
     yield tmp_path

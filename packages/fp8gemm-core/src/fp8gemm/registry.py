@@ -78,10 +78,13 @@ def _load_entry_point(ep: importlib.metadata.EntryPoint) -> InstalledBackend:
     return InstalledBackend(label, dist, backend, None)
 
 
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
 @functools.lru_cache(maxsize=1)
 def _discover() -> tuple[InstalledBackend, ...]:
-    eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    return tuple(_load_entry_point(ep) for ep in sorted(eps, key=lambda e: e.name))
+    return tuple(_load_entry_point(ep) for ep in sorted(_entry_points(), key=lambda e: e.name))
 
 
 def installed_backends(refresh: bool = False) -> tuple[InstalledBackend, ...]:
