@@ -211,7 +211,7 @@ def test_info_cli_reports_broken_backend_with_loader_error(fake_site):
         f"""
         import sys; sys.path.insert(0, {env_path!r})
         from fp8gemm.cli import main
-        sys.exit(main(["info"]))
+        sys.exit(main(["info", "--device", "cpu"]))
         """
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

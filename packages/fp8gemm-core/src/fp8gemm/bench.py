@@ -124,7 +124,37 @@ def run(shapes, device: torch.device, backend: str | None = None, progress=None,
             rows.append(row)
             if progress:
                 progress()
-    return {"environment": environment(device, backend), "results": rows}
+    report = {"environment": environment(device, backend), "results": rows}
+    if device.type == "cuda":
+        report["host_overhead"] = host_overhead(device, backend)
+    return report
+
+
+def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) -> dict:
+    """Wall time of one ``fp8gemm.gemm`` call from Python on a tiny shape, minus the GPU's time for it.
+
+    When the host is the bottleneck, back-to-back calls run at host speed, so the difference is the
+    host's cost per call (validation, dispatch, launch) that a small decode GEMM cannot hide.
+    """
+    a, a_scale = quantize_activation(torch.randn(16, 256, device=device), fp8_dtype=preferred_fp8_dtype(device, backend))
+    b, b_scale = quantize_weight(torch.randn(128, 256, device=device), fp8_dtype=preferred_fp8_dtype(device, backend))
+    b_scale = prepare_weight_scale(b_scale, backend=backend)
+    out = torch.empty(16, 128, dtype=torch.bfloat16, device=device)
+
+    def call():
+        return gemm(a, b, a_scale, b_scale, out=out, backend=backend)
+
+    kernel = _time_gpu(call)
+    for _ in range(100):
+        call()
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize(device)
+    wall = (time.perf_counter() - start) / calls
+    return {"shape": [16, 128, 256], "wall_us_per_call": wall * 1e6, "gpu_us_per_call": kernel * 1e6,
+            "host_overhead_us": max(0.0, wall - kernel) * 1e6}  # fmt: skip
 
 
 def geomean(values) -> float:

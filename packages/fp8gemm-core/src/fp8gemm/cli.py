@@ -133,6 +133,10 @@ def _print_bench_table(report: dict) -> None:
     console.print(table)
     for peer, s in bench.speedups(report).items():
         console.print(f"geomean speedup of fp8gemm over {peer}: {s:.2f}x")
+    if "host_overhead" in report:
+        h = report["host_overhead"]
+        console.print(f"host overhead per fp8gemm.gemm call: {h['host_overhead_us']:.1f} us "
+                      f"(wall {h['wall_us_per_call']:.1f} us/call, GPU {h['gpu_us_per_call']:.1f} us/call)")  # fmt: skip
 
 
 def main(argv=None) -> int:
