@@ -26,7 +26,7 @@ done
 for arg in "$@"; do
   case $arg in
     sanitize)
-      for be in sm90a sm120; do for tool in memcheck racecheck; do
+      for be in ${SANITIZE_BACKENDS:-sm90a sm120}; do for tool in memcheck racecheck; do
         timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 ci/gpu/sanitize.py $be > "$OUT/san_${be}_$tool.txt" 2>&1
         echo "compute-sanitizer $tool $be: exit $? $(tail -1 "$OUT/san_${be}_$tool.txt")"
       done; done ;;
