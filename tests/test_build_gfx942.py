@@ -102,7 +102,7 @@ def test_backend_registers_and_is_chosen_for_an_mi300x(gfx942_dir, gfx942_module
         assert ib.error is None and ib.backend.fp8_dtype == "float8_e4m3fnuz" and ib.distribution == "fp8gemm-rocm-gfx942"
         mi300x = registry.DeviceInfo("rocm", "AMD Instinct MI300X", ("gfx942",), "gfx942:sramecc+:xnack-")
         monkeypatch.setattr(registry, "describe_device", lambda device: mi300x)
-        registry._select_cached.cache_clear()
+        registry.clear_caches()
         assert fp8gemm.select("cpu").backend.name == "gfx942"
         assert fp8gemm.preferred_fp8_dtype("cpu") == torch.float8_e4m3fnuz
     finally:

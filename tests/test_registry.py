@@ -103,10 +103,14 @@ def fake_gpu(monkeypatch):
         monkeypatch.setattr(registry, "describe_device", lambda device: info)
         monkeypatch.setattr(ops, "_current_stream", lambda device: 1234)
         monkeypatch.setattr(ops, "_device_guard", lambda device: contextlib.nullcontext())
-        registry._select_cached.cache_clear()
+        # The fast path reads device indices and the raw stream: CPU tensors play device 0.
+        monkeypatch.setattr(ops, "_device_index", lambda t: 0 if t.device.type == "cpu" else -1)
+        monkeypatch.setattr(ops, "_current_device", lambda: 0)
+        monkeypatch.setattr(ops, "_raw_stream", lambda index: 1234)
+        registry.clear_caches()
 
     yield use
-    registry._select_cached.cache_clear()
+    registry.clear_caches()
 
 
 def _loaded(name):
@@ -218,3 +222,30 @@ def test_info_cli_reports_broken_backend_with_loader_error(fake_site):
     assert run.returncode == 0, run.stderr
     assert "FAILED TO LOAD" in run.stdout and "libcudart.so.13" in run.stdout
     assert "hopper" in run.stdout and "selected: reference" in run.stdout
+
+
+@pytest.mark.parametrize("bad", conformance.BAD_INPUTS, ids=[b.id for b in conformance.BAD_INPUTS])
+def test_fast_path_never_accepts_bad_input(fake_site, fake_gpu, bad):
+    """Every bad input still raises its precise error with a backend that takes the fast path."""
+    fake_gpu(H100)
+    if bad.id == "a_scale-device":
+        pytest.skip("CPU plays the GPU here; there is no second device to move a_scale to")
+    ok, detail = conformance.run_bad_input(bad, "cpu", torch.float8_e4m3fn, "hopper_generic")
+    assert ok, detail
+
+
+def test_steady_state_call_takes_the_fast_path(fake_site, fake_gpu, monkeypatch):
+    fake_gpu(H100)
+    case = conformance.Case(64, 256, 512)
+    a, b, a_scale, b_scale = conformance.make_inputs(case, torch.float8_e4m3fn, "cpu", torch.Generator().manual_seed(0))
+    b_scale = fp8gemm.prepare_weight_scale(b_scale, backend="hopper")
+    a, a_scale = fp8gemm.quantize_activation(torch.randn(64, 512), backend="hopper")  # scales MN-major
+    assert a_scale.stride(0) == 1 and a_scale.stride(1) % 4 == 0
+    general = []
+    monkeypatch.setattr(ops, "_run", lambda *args: general.append(args))
+    out = torch.full((64, 256), float("nan"), dtype=torch.float32)
+    fp8gemm.gemm(a, b, a_scale, b_scale, out=out, backend="hopper")
+    assert general == []  # no fallback: everything was already in the backend's layout
+    from fp8gemm.reference import oracle
+
+    assert conformance.relative_error(out, oracle(a, b, a_scale, b_scale)) < 1e-5

@@ -11,6 +11,8 @@ _AMAX_FLOOR = 1e-12
 
 
 def _check_fp8_dtype(fp8_dtype: torch.dtype) -> float:
+    if not isinstance(fp8_dtype, torch.dtype):
+        raise TypeError(f"fp8_dtype must be a torch.dtype, got {fp8_dtype!r}")
     if fp8_dtype not in FP8_DTYPES:
         raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
     return torch.finfo(fp8_dtype).max
@@ -32,32 +34,55 @@ def _check_source(name: str, x) -> None:
         raise ValueError(f"{name}'s last dim (K = {x.shape[-1]}) must be a multiple of {BLOCK}; pad it with zeros")
 
 
+def _backend_defaults(device: torch.device, backend: str | None):
+    """FP8 dtype and activation-scale layout of the backend that would run on ``device``."""
+    from .registry import select  # late: the registry imports the reference, not the quantizers
+
+    try:
+        chosen = select(device, backend).backend
+    except RuntimeError:  # no backend for this GPU: plain defaults; gemm() will say what is missing
+        return torch.float8_e4m3fn, None
+    layout = getattr(chosen, "a_scale_layout", None)
+    return (getattr(torch, chosen.fp8_dtype) if chosen.fp8_dtype else torch.float8_e4m3fn), layout
+
+
 def quantize_activation(
-    x: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn, pow2_scales: bool = False
+    x: torch.Tensor, *, fp8_dtype: torch.dtype | None = None, pow2_scales: bool = False, backend: str | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[..., K] float -> (FP8 [M, K], fp32 scales [M, K/128]), one scale per token per 128 of K.
 
     Leading dims are flattened into M. ``pow2_scales`` rounds each scale up to a power of two.
+    ``fp8_dtype`` defaults to what the backend for ``x``'s device takes (e4m3fn on CPU), and the
+    scales come in that backend's memory layout, so ``gemm`` needs no per-call conversion.
     """
     _check_source("x", x)
+    default_dtype, layout = _backend_defaults(x.device, backend)
+    fp8_dtype = fp8_dtype or default_dtype
     fp8_max = _check_fp8_dtype(fp8_dtype)
     k = x.shape[-1]
     groups = x.reshape(-1, k // BLOCK, BLOCK).float()
     scale = _scale_from_amax(groups.abs().amax(dim=-1), fp8_max, pow2_scales)
     q = (groups / scale[..., None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
+    if layout is not None:
+        from .validation import conform_scale
+
+        scale = conform_scale(scale, layout)[0]
     return q.reshape(-1, k), scale
 
 
 def quantize_weight(
-    w: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn, pow2_scales: bool = False
+    w: torch.Tensor, *, fp8_dtype: torch.dtype | None = None, pow2_scales: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[N, K] float -> (FP8 [N, K], fp32 scales [ceil(N/128), K/128]), one scale per 128x128 block.
 
     N need not be a multiple of 128: the last row block is padded internally and not returned.
+    ``fp8_dtype`` defaults to what the backend for ``w``'s device takes. For the scale layout the
+    kernel reads, pass the result through ``prepare_weight_scale`` once.
     """
     _check_source("w", w)
     if w.dim() != 2:
         raise ValueError(f"w must be 2-D [N, K], got shape {tuple(w.shape)}")
+    fp8_dtype = fp8_dtype or _backend_defaults(w.device, None)[0]
     fp8_max = _check_fp8_dtype(fp8_dtype)
     n, k = w.shape
     n_pad = -(-n // BLOCK) * BLOCK

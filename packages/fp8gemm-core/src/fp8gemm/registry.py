@@ -87,11 +87,25 @@ def _discover() -> tuple[InstalledBackend, ...]:
     return tuple(_load_entry_point(ep) for ep in sorted(_entry_points(), key=lambda e: e.name))
 
 
+_refresh_hooks: list = []
+
+
+def on_refresh(hook) -> None:
+    """Register a cache that must be dropped when the set of backends is re-read."""
+    _refresh_hooks.append(hook)
+
+
+def clear_caches() -> None:
+    _discover.cache_clear()
+    _select_cached.cache_clear()
+    for hook in _refresh_hooks:
+        hook()
+
+
 def installed_backends(refresh: bool = False) -> tuple[InstalledBackend, ...]:
     """Every registered backend, including those whose binary failed to load (with the error)."""
     if refresh:
-        _discover.cache_clear()
-        _select_cached.cache_clear()
+        clear_caches()
     return _discover()
 
 

@@ -112,7 +112,7 @@ def _check_out(out, out_dtype, a, m: int, n: int) -> torch.dtype:
     return out.dtype
 
 
-def _layout_ok(scale: torch.Tensor, layout: ScaleLayout) -> int | None:
+def layout_ld(scale: torch.Tensor, layout: ScaleLayout) -> int | None:
     """The leading dimension if ``scale`` already has ``layout``, else None."""
     rows, cols = scale.shape
     inner, outer = (1, 0) if layout.order == K_MAJOR else (0, 1)
@@ -128,7 +128,7 @@ def _layout_ok(scale: torch.Tensor, layout: ScaleLayout) -> int | None:
 
 def conform_scale(scale: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, int]:
     """``scale`` in ``layout`` (no copy when it already is) and its leading dimension."""
-    ld = _layout_ok(scale, layout)
+    ld = layout_ld(scale, layout)
     if ld is not None:
         return scale, ld
     rows, cols = scale.shape
