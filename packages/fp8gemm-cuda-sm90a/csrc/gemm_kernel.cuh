@@ -2,7 +2,10 @@
 //
 // out[m, n] = sum_kb a_scale[m, kb] * b_scale[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k]
 //
-// A persistent grid walks (m block, n block, K split) tiles. Per CTA, one producer warpgroup (one
+// A persistent grid walks (m block, n block, K split) tiles. With kCluster = 2, two CTAs of a
+// cluster take adjacent m blocks of one n block and each loads half of the shared B tile, multicast
+// into both: L2 -> SM traffic per tile drops from 32 to 24 KB per K block, which is what limits a
+// 128 x 128 FP8 tile on Hopper. Per CTA, one producer warpgroup (one
 // thread issues TMA) fills a ring of kStages shared-memory stages, each holding one 128-wide K
 // block of A (BLOCK_M x 128), B (128 x 128) and A's scales (BLOCK_M floats); kConsumers warpgroups
 // of 64 rows each multiply a stage with four wgmma m64n128k32 into a fresh fp32 accumulator,
@@ -30,8 +33,9 @@ struct Params {
   int kb_per_split, splits, m_blocks, n_blocks;
 };
 
-template <int kConsumers, int kStages>
+template <int kConsumers, int kStages, int kCluster>
 struct Cfg {
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kABytes = kBlockM * kBlockK;
@@ -64,6 +68,30 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Arrive on the barrier at the same shared-memory offset in CTA `rank` of this cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+// TMA load delivered to the same offset in every CTA of `mask`, completing on each one's barrier.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                      uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "%4}], [%2], %5;" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
+
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
@@ -82,22 +110,23 @@ struct Tile {
   int m_block, n_block, split;
 };
 
-__device__ __forceinline__ Tile tile_at(const Params& p, int t) {
-  // M blocks vary fastest: CTAs running together share B tiles in L2 (A is the smaller operand
-  // at the sizes where that matters).
+template <int kCluster>
+__device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
+  // t counts cluster tiles. M blocks vary fastest: CTAs running together share B tiles in L2.
+  const int m_groups = (p.m_blocks + kCluster - 1) / kCluster;
   Tile tile;
-  tile.m_block = t % p.m_blocks;
-  t /= p.m_blocks;
+  tile.m_block = (t % m_groups) * kCluster + rank;  // may be m_blocks (odd count): all-OOB, stores masked
+  t /= m_groups;
   tile.n_block = t % p.n_blocks;
   tile.split = t / p.n_blocks;
   return tile;
 }
 
-template <int kConsumers, int kStages>
-__global__ void __launch_bounds__(Cfg<kConsumers, kStages>::kThreads, 1)
+template <int kConsumers, int kStages, int kCluster>
+__global__ void __launch_bounds__(Cfg<kConsumers, kStages, kCluster>::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_scale, const Params p) {
-  using C = Cfg<kConsumers, kStages>;
+  using C = Cfg<kConsumers, kStages, kCluster>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* tiles_a = smem;
@@ -108,23 +137,27 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages>::kThreads, 1)
 
   const int warpgroup = threadIdx.x / 128;
   const int kb_total = p.k / kBlockK;
-  const int num_tiles = p.m_blocks * p.n_blocks * p.splits;
+  const int num_tiles = (p.m_blocks + kCluster - 1) / kCluster * p.n_blocks * p.splits;  // cluster tiles
+  const int first_tile = blockIdx.x / kCluster, tile_stride = gridDim.x / kCluster;
+  const int rank = kCluster > 1 ? static_cast<int>(cluster_rank()) : 0;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumers * 4);  // one arrival per consumer warp
+      // One arrival per consumer warp of every CTA whose B half lands in this stage.
+      mbar_init(&empty[s], kCluster * kConsumers * 4);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) cluster_sync();  // peers' barriers exist before anyone signals them
+  else __syncthreads();
 
   if (warpgroup == kConsumers) {  // producer warpgroup: the last one
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == kConsumers * 128) {
       uint32_t iter = 0;
-      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-        const Tile tile = tile_at(p, t);
+      for (int t = first_tile; t < num_tiles; t += tile_stride) {
+        const Tile tile = tile_at<kCluster>(p, t, rank);
         const int kb_begin = tile.split * p.kb_per_split;
         const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
         for (int kb = kb_begin; kb < kb_end; ++kb, ++iter) {
@@ -132,11 +165,18 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages>::kThreads, 1)
           mbar_wait(&empty[s], ((iter / kStages) & 1) ^ 1);  // a fresh barrier passes the first round
           mbar_expect_tx(&full[s], C::kTxBytes);
           tma_load_2d(tiles_a + s * C::kABytes, &map_a, &full[s], kb * kBlockK, tile.m_block * C::kBlockM);
-          tma_load_2d(tiles_b + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, tile.n_block * kBlockN);
           tma_load_2d(scales + s * C::kBlockM, &map_scale, &full[s], tile.m_block * C::kBlockM, kb);
+          if constexpr (kCluster > 1) {  // this CTA's half of B, into both CTAs
+            constexpr int kRows = kBlockN / kCluster;
+            tma_load_2d_multicast(tiles_b + s * C::kBBytes + rank * kRows * kBlockK, &map_b, &full[s], kb * kBlockK,
+                                  tile.n_block * kBlockN + rank * kRows, (1 << kCluster) - 1);
+          } else {
+            tma_load_2d(tiles_b + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, tile.n_block * kBlockN);
+          }
         }
       }
     }
+    if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still write to it
     return;
   }
 
@@ -145,8 +185,8 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages>::kThreads, 1)
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
   uint32_t iter = 0;
-  for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-    const Tile tile = tile_at(p, t);
+  for (int t = first_tile; t < num_tiles; t += tile_stride) {
+    const Tile tile = tile_at<kCluster>(p, t, rank);
     const int kb_begin = tile.split * p.kb_per_split;
     const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
     const float* b_scale_row = p.b_scale + tile.n_block * p.sb_ld;
@@ -168,7 +208,14 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages>::kThreads, 1)
         wgmma_m64n128k32_e4m3(acc, sw128_desc(a_tile + ks * 32), sw128_desc(b_tile + ks * 32), ks > 0);
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (lane == 0) mbar_arrive(&empty[s]);  // stage free: its scales are in registers already
+      if (lane == 0) {  // stage free (its scales are in registers already), here and in the peer
+        if constexpr (kCluster > 1) {
+#pragma unroll
+          for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(&empty[s], r);
+        } else {
+          mbar_arrive(&empty[s]);
+        }
+      }
       // Accumulator layout: register 4i + {0,1} is row (lane/4), 4i + {2,3} row (lane/4 + 8).
 #pragma unroll
       for (int i = 0; i < 64; i += 4) {
@@ -203,6 +250,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages>::kThreads, 1)
       }
     }
   }
+  if constexpr (kCluster > 1) cluster_sync();
 }
 
 // Split-K epilogue: out = sum over splits of the fp32 partials, 4 columns per thread.

@@ -11,6 +11,7 @@ constexpr int kBlockK = 128;  // = scale block: one promotion per pipeline stage
 
 struct Plan {
   int consumers;  // consumer warpgroups: BLOCK_M = 64 * consumers
+  int cluster;    // CTAs per cluster along M, sharing (multicasting) the B tile
   int m_blocks, n_blocks, splits, kb_per_split;
   int grid;  // persistent CTAs
   int64_t workspace_bytes;
@@ -18,7 +19,7 @@ struct Plan {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// M <= 64 (decode) uses one consumer warpgroup (64-row tiles). When the tiles cannot fill the SMs,
+// M <= 64 (decode) uses one consumer warpgroup (64-row tiles); larger M two, in 2-CTA clusters. When the tiles cannot fill the SMs,
 // K is split (fp32 partials + a reduction) until about one wave of CTAs runs, keeping >= 2 K blocks
 // per split. The grid is persistent: at most one CTA per SM.
 inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
@@ -32,7 +33,11 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
   if (tiles < sm_count) splits = static_cast<int>(std::clamp<int64_t>(sm_count / tiles, 1, std::max(1, kb_total / 2)));
   p.kb_per_split = static_cast<int>(ceil_div(kb_total, splits));
   p.splits = static_cast<int>(ceil_div(kb_total, p.kb_per_split));  // no empty split
-  p.grid = static_cast<int>(std::min<int64_t>(tiles * p.splits, sm_count));
+  // Two CTAs share each B tile (TMA multicast) when there are M blocks to pair; the grid then
+  // counts whole clusters.
+  p.cluster = p.consumers == 2 ? 2 : 1;
+  const int64_t cluster_tiles = ceil_div(p.m_blocks, p.cluster) * p.n_blocks * p.splits;
+  p.grid = static_cast<int>(std::min<int64_t>(cluster_tiles, sm_count / p.cluster) * p.cluster);
   p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
   return p;
 }

@@ -2,6 +2,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -63,21 +64,37 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
   return map;
 }
 
-template <int kConsumers, int kStages>
+template <int kConsumers, int kStages, int kCluster>
 void launch_tiles(const LaunchArgs& a, const Params& p, int grid, cudaStream_t stream, int dev) {
-  using C = Cfg<kConsumers, kStages>;
+  using C = Cfg<kConsumers, kStages, kCluster>;
+  auto kernel = gemm_kernel<kConsumers, kStages, kCluster>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
-  std::call_once(configured[dev], [] {
-    check(cudaFuncSetAttribute(gemm_kernel<kConsumers, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
-          "cudaFuncSetAttribute");
+  std::call_once(configured[dev], [&] {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
   });
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, C::kBlockM, CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kBlockN, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kBlockN / kCluster,
+                                     CU_TENSOR_MAP_SWIZZLE_128B);
   // A scales, MN-major: row kb holds the scales of every M row for that K block.
   const CUtensorMap map_s = make_map(reinterpret_cast<void*>(a.a_scale), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.m,
                                      a.k / kBlockK, a.a_scale_ld, C::kBlockM, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
-  gemm_kernel<kConsumers, kStages><<<grid, C::kThreads, C::kSmemBytes, stream>>>(map_a, map_b, map_s, p);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = C::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kCluster, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  if constexpr (kCluster > 1) {  // persistent: no more clusters than can be resident at once
+    static int max_clusters[kMaxDevices] = {};
+    if (!max_clusters[dev]) check(cudaOccupancyMaxActiveClusters(&max_clusters[dev], kernel, &config), "cluster occupancy");
+    config.gridDim = dim3(std::min(grid, max_clusters[dev] * kCluster));
+  }
+  check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, p), "GEMM kernel launch");
 }
 
 }  // namespace
@@ -97,10 +114,10 @@ void launch(const LaunchArgs& args) {
   p.out_fp32 = args.out_kind == 1;
   p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
-  if (plan.consumers == 1)
-    launch_tiles<1, 8>(args, p, plan.grid, stream, dev);
+  if (plan.cluster == 1)
+    launch_tiles<1, 8, 1>(args, p, plan.grid, stream, dev);
   else
-    launch_tiles<2, 6>(args, p, plan.grid, stream, dev);
+    launch_tiles<2, 6, 2>(args, p, plan.grid, stream, dev);
   check(cudaGetLastError(), "GEMM kernel launch");
   if (plan.splits > 1) {
     const int64_t quads = args.m * args.n / 4;
