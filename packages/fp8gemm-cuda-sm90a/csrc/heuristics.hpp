@@ -22,7 +22,10 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // M <= 64 (decode) uses one consumer warpgroup (64-row tiles); larger M two, in 2-CTA clusters. When the tiles cannot fill the SMs,
 // K is split (fp32 partials + a reduction) until about one wave of CTAs runs, keeping >= 2 K blocks
 // per split. The grid is persistent: at most one CTA per SM.
-inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
+// `cluster` (1 or 2): CTAs per cluster for the two-warpgroup tiles. Measured on an H200
+// (bench/results, 2026-11-22): the 2-CTA multicast version ran slower than 1 at every size, so 1 is
+// the default; FP8GEMM_SM90A_CLUSTER=2 selects it for experiments.
+inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, int cluster = 1) {
   Plan p{};
   p.consumers = m <= 64 ? 1 : 2;
   p.m_blocks = static_cast<int>(ceil_div(m, 64 * p.consumers));
@@ -35,7 +38,7 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
   p.splits = static_cast<int>(ceil_div(kb_total, p.kb_per_split));  // no empty split
   // Two CTAs share each B tile (TMA multicast) when there are M blocks to pair; the grid then
   // counts whole clusters.
-  p.cluster = p.consumers == 2 ? 2 : 1;
+  p.cluster = p.consumers == 2 && p.m_blocks > 1 ? cluster : 1;
   const int64_t cluster_tiles = ceil_div(p.m_blocks, p.cluster) * p.n_blocks * p.splits;
   p.grid = static_cast<int>(std::min<int64_t>(cluster_tiles, sm_count / p.cluster) * p.cluster);
   p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;

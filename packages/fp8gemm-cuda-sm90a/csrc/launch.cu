@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -91,7 +93,10 @@ void launch_tiles(const LaunchArgs& a, const Params& p, int grid, cudaStream_t s
   config.numAttrs = 1;
   if constexpr (kCluster > 1) {  // persistent: no more clusters than can be resident at once
     static int max_clusters[kMaxDevices] = {};
-    if (!max_clusters[dev]) check(cudaOccupancyMaxActiveClusters(&max_clusters[dev], kernel, &config), "cluster occupancy");
+    if (!max_clusters[dev]) {
+      check(cudaOccupancyMaxActiveClusters(&max_clusters[dev], kernel, &config), "cluster occupancy");
+      if (std::getenv("FP8GEMM_DEBUG")) std::fprintf(stderr, "fp8gemm-cuda-sm90a: %d resident 2-CTA clusters\n", max_clusters[dev]);
+    }
     config.gridDim = dim3(std::min(grid, max_clusters[dev] * kCluster));
   }
   check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, p), "GEMM kernel launch");
@@ -99,11 +104,21 @@ void launch_tiles(const LaunchArgs& a, const Params& p, int grid, cudaStream_t s
 
 }  // namespace
 
-int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) { return plan_for(m, n, k, sm_count(current_device())).workspace_bytes; }
+int cluster_preference() {
+  static const int pref = [] {
+    const char* env = std::getenv("FP8GEMM_SM90A_CLUSTER");
+    return env && std::string(env) == "2" ? 2 : 1;
+  }();
+  return pref;
+}
+
+int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) {
+  return plan_for(m, n, k, sm_count(current_device()), cluster_preference()).workspace_bytes;
+}
 
 void launch(const LaunchArgs& args) {
   const int dev = current_device();
-  const Plan plan = plan_for(args.m, args.n, args.k, sm_count(dev));
+  const Plan plan = plan_for(args.m, args.n, args.k, sm_count(dev), cluster_preference());
   if (plan.splits > 1 && !args.workspace) throw std::runtime_error("fp8gemm-cuda-sm90a: split-K plan needs the workspace");
   Params p{};
   p.out = reinterpret_cast<void*>(args.out);
@@ -114,8 +129,10 @@ void launch(const LaunchArgs& args) {
   p.out_fp32 = args.out_kind == 1;
   p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
-  if (plan.cluster == 1)
+  if (plan.consumers == 1)
     launch_tiles<1, 8, 1>(args, p, plan.grid, stream, dev);
+  else if (plan.cluster == 1)
+    launch_tiles<2, 6, 1>(args, p, plan.grid, stream, dev);
   else
     launch_tiles<2, 6, 2>(args, p, plan.grid, stream, dev);
   check(cudaGetLastError(), "GEMM kernel launch");
