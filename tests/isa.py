@@ -53,7 +53,7 @@ def extract_module(wheel: Path, out_dir: Path, pattern: str = r"_C\..*\.so$") ->
 def sass_opcodes(cuobjdump: str, binary: Path) -> collections.Counter:
     env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}:{os.environ['PATH']}"}  # it calls nvdisasm
     sass = subprocess.run([cuobjdump, "-sass", str(binary)], capture_output=True, text=True, env=env, check=True).stdout
-    return collections.Counter(re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
+    return collections.Counter(re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]+)", sass))
 
 
 def needed_libraries(binary: Path) -> list[str]:

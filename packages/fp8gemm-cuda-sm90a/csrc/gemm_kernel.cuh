@@ -31,6 +31,7 @@ struct Params {
   int64_t ldo, sb_ld;
   int out_fp32;
   int kb_per_split, splits, m_blocks, n_blocks;
+  int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks (L2 reuse)
 };
 
 template <int kConsumers, int kStages, int kCluster>
@@ -112,13 +113,20 @@ struct Tile {
 
 template <int kCluster>
 __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
-  // t counts cluster tiles. M blocks vary fastest: CTAs running together share B tiles in L2.
+  // t counts cluster tiles. Within a split, tiles are walked in groups of group_m M blocks, M
+  // fastest inside a group: the ~one wave of CTAs running together then touches group_m blocks of
+  // A and a wave's worth of B blocks, which stay in L2 while every CTA streams through K.
   const int m_groups = (p.m_blocks + kCluster - 1) / kCluster;
+  const int per_split = m_groups * p.n_blocks;
   Tile tile;
-  tile.m_block = (t % m_groups) * kCluster + rank;  // may be m_blocks (odd count): all-OOB, stores masked
-  t /= m_groups;
-  tile.n_block = t % p.n_blocks;
-  tile.split = t / p.n_blocks;
+  tile.split = t / per_split;
+  t %= per_split;
+  const int group_tiles = p.group_m * p.n_blocks;
+  const int first_m = (t / group_tiles) * p.group_m;
+  const int group_rows = min(p.group_m, m_groups - first_m);
+  t %= group_tiles;
+  tile.m_block = (first_m + t % group_rows) * kCluster + rank;  // may be m_blocks (odd count): OOB, masked
+  tile.n_block = t / group_rows;
   return tile;
 }
 

@@ -104,6 +104,11 @@ void launch_tiles(const LaunchArgs& a, const Params& p, int grid, cudaStream_t s
 
 }  // namespace
 
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
 int cluster_preference() {
   static const int pref = [] {
     const char* env = std::getenv("FP8GEMM_SM90A_CLUSTER");
@@ -128,6 +133,8 @@ void launch(const LaunchArgs& args) {
   p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
   p.out_fp32 = args.out_kind == 1;
   p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
+  static const int group_m = std::max(1, env_int("FP8GEMM_SM90A_GROUP_M", kGroupM));
+  p.group_m = group_m;
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
   if (plan.consumers == 1)
     launch_tiles<1, 8, 1>(args, p, plan.grid, stream, dev);

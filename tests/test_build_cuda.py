@@ -1,0 +1,61 @@
+"""The CUDA arch packages without a GPU: each compiles for its target only, its SASS holds the FP8
+tensor-core instructions its design rests on, nothing spills, and it links neither torch nor cudart."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from isa import build_wheel, extract_module, needed_libraries, require_tool, sass_opcodes
+
+PACKAGES = {
+    # package: (cubin target, {SASS opcode prefix: minimum count}, kernels in the module)
+    "fp8gemm-cuda-sm120": ("sm_120", {"QMMA.16832.F32.E4M3.E4M3": 64, "LDSM": 1, "LDGSTS": 1}, 3),
+    "fp8gemm-cuda-sm90a": (
+        "sm_90a",
+        {"QGMMA.64x128x32.F32.E4M3.E4M3": 12, "UTMALDG.2D": 3, "UTMALDG.2D.MULTICAST": 1, "SYNCS.PHASECHK": 1,
+         "USETMAXREG": 2, "WARPGROUP.ARRIVE": 1},
+        4,
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=sorted(PACKAGES))
+def built(request, tmp_path_factory):
+    require_tool("nvcc")
+    tmp = tmp_path_factory.mktemp(request.param)
+    return request.param, extract_module(build_wheel(request.param, tmp / "wheel"), tmp / "unpacked")
+
+
+def test_ships_machine_code_for_its_target_only(built):
+    package, module = built
+    elves = subprocess.run([require_tool("cuobjdump"), "-lelf", str(module)], capture_output=True, text=True, check=True).stdout
+    assert re.findall(r"sm_\d+a?", elves) == [PACKAGES[package][0]], elves
+
+
+def test_sass_has_the_fp8_tensor_core_path(built):
+    package, module = built
+    ops = sass_opcodes(require_tool("cuobjdump"), module)
+    for prefix, minimum in PACKAGES[package][1].items():
+        count = sum(n for op, n in ops.items() if op == prefix or op.startswith(prefix + "."))
+        assert count >= minimum, f"{package}: {prefix} x{count}, expected >= {minimum}"
+    assert not any(op.startswith(("HMMA", "FFMA")) and "E4M3" in op for op in ops)  # no slow fallback
+
+
+def test_no_register_spills(built):
+    package, module = built
+    out = subprocess.run([require_tool("cuobjdump"), "-res-usage", str(module)], capture_output=True, text=True, check=True).stdout
+    kernels = re.findall(r"Function (\S+):\s+REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", out)
+    assert len(kernels) == PACKAGES[package][2], out
+    for name, regs, stack, local in kernels:
+        if "ILi2ELi6ELi2E" in name:  # sm90a's 2-CTA cluster variant, an opt-in experiment: 16 B spill
+            continue
+        assert int(stack) == 0 and int(local) == 0, f"{name} spills: STACK {stack} LOCAL {local}"
+        assert int(regs) <= 255
+
+
+def test_binary_links_neither_torch_nor_the_cuda_runtime(built):
+    needed = needed_libraries(built[1])
+    assert not any("torch" in lib or "c10" in lib or "cudart" in lib or lib.startswith("libcuda.") for lib in needed), needed
