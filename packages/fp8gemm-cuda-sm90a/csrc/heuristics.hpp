@@ -8,7 +8,7 @@ namespace fp8gemm_sm90a {
 
 constexpr int kBlockN = 128;  // = scale block: one b_scale per tile and K block
 constexpr int kBlockK = 128;  // = scale block: one promotion per pipeline stage
-constexpr int kGroupM = 8;    // tile rasterisation: M blocks per group (FP8GEMM_SM90A_GROUP_M overrides)
+constexpr int kGroupM = 16;   // tile rasterisation: M blocks per group (FP8GEMM_SM90A_GROUP_M overrides)
 
 struct Plan {
   int consumers;  // consumer warpgroups: BLOCK_M = 64 * consumers
