@@ -46,7 +46,7 @@ void launch_tiles(const Params& p, int m, int n, int splits, cudaStream_t stream
 
 int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) { return workspace_bytes(m, n, k, sm_count(current_device())); }
 
-void launch(const LaunchArgs& args) {
+void launch(const fp8gemm::LaunchArgs& args) {
   const int dev = current_device();
   const Plan plan = plan_for(args.m, args.n, args.k, sm_count(dev));
   const int kb_total = static_cast<int>(args.k / kBlockK);
@@ -62,7 +62,7 @@ void launch(const LaunchArgs& args) {
   p.partial = splits > 1 ? reinterpret_cast<float*>(args.workspace) : nullptr;
   p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
   p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
-  p.out_fp32 = args.out_kind == 1;
+  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
   p.kb_per_split = kb_per_split;
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
   if (plan.config == TileConfig::M64)

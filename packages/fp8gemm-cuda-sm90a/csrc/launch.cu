@@ -67,7 +67,7 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
 }
 
 template <int kConsumers, int kStages, int kCluster>
-void launch_tiles(const LaunchArgs& a, const Params& p, int grid, cudaStream_t stream, int dev) {
+void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaStream_t stream, int dev) {
   using C = Cfg<kConsumers, kStages, kCluster>;
   auto kernel = gemm_kernel<kConsumers, kStages, kCluster>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
@@ -121,7 +121,7 @@ int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) {
   return plan_for(m, n, k, sm_count(current_device()), cluster_preference()).workspace_bytes;
 }
 
-void launch(const LaunchArgs& args) {
+void launch(const fp8gemm::LaunchArgs& args) {
   const int dev = current_device();
   const Plan plan = plan_for(args.m, args.n, args.k, sm_count(dev), cluster_preference());
   if (plan.splits > 1 && !args.workspace) throw std::runtime_error("fp8gemm-cuda-sm90a: split-K plan needs the workspace");
@@ -131,7 +131,7 @@ void launch(const LaunchArgs& args) {
   p.b_scale = reinterpret_cast<const float*>(args.b_scale);
   p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
   p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
-  p.out_fp32 = args.out_kind == 1;
+  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
   p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
   static const int group_m = std::max(1, env_int("FP8GEMM_SM90A_GROUP_M", kGroupM));
   p.group_m = group_m;

@@ -1,17 +1,15 @@
-// Python binding: no libtorch, only integers in (see fp8gemm.protocol.LaunchFn).
+// Python binding: the protocol's module (fp8gemm/backend_module.hpp), no libtorch.
 #include <cuda_runtime_api.h>
-#include <pybind11/pybind11.h>
 
 #include <string>
 
+#include "fp8gemm/backend_module.hpp"
 #include "launch.hpp"
-
-namespace py = pybind11;
 
 namespace {
 
-py::dict build_info() {
-  py::dict info;
+pybind11::dict build_info() {
+  pybind11::dict info;
   info["compiler"] = FP8GEMM_CUDA_COMPILER;
   info["cuda_runtime"] = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
   info["arch_flags"] = FP8GEMM_ARCH_FLAGS;
@@ -20,18 +18,6 @@ py::dict build_info() {
   return info;
 }
 
-void launch(uintptr_t a, uintptr_t b, uintptr_t a_scale, uintptr_t b_scale, uintptr_t out, uintptr_t workspace,
-            int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldo, int64_t a_scale_ld,
-            int64_t b_scale_ld, int out_kind, uintptr_t stream) {
-  fp8gemm_sm90a::launch({a, b, a_scale, b_scale, out, workspace, m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld,
-                         out_kind, stream});
-}
-
 }  // namespace
 
-PYBIND11_MODULE(_C, m) {
-  m.doc() = "fp8gemm sm_90a kernels (wgmma + TMA FP8); see fp8gemm.protocol for the launch contract";
-  m.def("launch", &launch, "Enqueue one GEMM on `stream` (all arguments are integers)");
-  m.def("workspace_bytes", &fp8gemm_sm90a::workspace_bytes, "Scratch bytes launch() needs for this shape");
-  m.def("build_info", &build_info);
-}
+PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &fp8gemm_sm90a::launch, &fp8gemm_sm90a::workspace_bytes, &build_info); }

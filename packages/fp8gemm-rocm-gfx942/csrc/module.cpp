@@ -1,6 +1,5 @@
 // Python binding: no libtorch, only integers in (see fp8gemm.protocol.LaunchFn).
-#include <pybind11/pybind11.h>
-
+#include "fp8gemm/backend_module.hpp"
 #include "launch.hpp"
 
 namespace py = pybind11;
@@ -29,18 +28,9 @@ py::dict plan(int64_t m, int64_t n, int64_t k, int cus) {
   return d;
 }
 
-void launch_ints(uintptr_t a, uintptr_t b, uintptr_t a_scale, uintptr_t b_scale, uintptr_t out, uintptr_t workspace,
-                 int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldo, int64_t a_scale_ld,
-                 int64_t b_scale_ld, int out_kind, uintptr_t stream) {
-  launch({a, b, a_scale, b_scale, out, workspace, m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld, out_kind, stream});
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "fp8gemm gfx942 kernels (MFMA FP8); see fp8gemm.protocol for the launch contract";
-  m.def("launch", &launch_ints, "Enqueue one GEMM on `stream` (all arguments are integers)");
-  m.def("workspace_bytes", &workspace_bytes, "Scratch bytes launch() needs for this shape on the current device");
+  fp8gemm::define_backend_module(m, &launch, &workspace_bytes, &build_info);
   m.def("plan", &plan, "Launch geometry for (m, n, k) on a GPU with `cus` compute units");
-  m.def("build_info", &build_info);
 }

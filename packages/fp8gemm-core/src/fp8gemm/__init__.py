@@ -6,6 +6,14 @@
 
 __version__ = "0.1.0"
 
+
+def get_include() -> str:
+    """The folder holding ``fp8gemm/backend.hpp``: the protocol's C++ side, for arch-package builds."""
+    import os
+
+    return os.path.join(os.path.dirname(__file__), "include")
+
+
 from .layouts import from_kxm_layout  # noqa: E402
 from .ops import gemm, preferred_fp8_dtype, prepare_weight_scale  # noqa: E402
 from .protocol import Backend, ScaleLayout  # noqa: E402
@@ -19,6 +27,7 @@ __all__ = [
     "describe_device",
     "from_kxm_layout",
     "gemm",
+    "get_include",
     "installed_backends",
     "preferred_fp8_dtype",
     "prepare_weight_scale",

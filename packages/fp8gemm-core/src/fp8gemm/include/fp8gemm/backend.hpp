@@ -1,0 +1,20 @@
+// The C++ face of fp8gemm's backend protocol (docs/architecture.md, fp8gemm/protocol.py), shipped by
+// fp8gemm-core for arch packages to build against: fp8gemm.get_include() gives this folder.
+#pragma once
+#include <cstdint>
+
+namespace fp8gemm {
+
+enum OutKind : int { kOutBF16 = 0, kOutFP32 = 1 };
+
+// One launch: device pointers, sizes, leading dimensions in elements, the caller's stream. The core
+// guarantees m >= 1, n % 16 == 0, k % 128 == 0, 16-byte aligned pointers and row strides, and
+// scales in the layouts the backend declared.
+struct LaunchArgs {
+  uintptr_t a, b, a_scale, b_scale, out, workspace;
+  int64_t m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld;
+  int out_kind;
+  uintptr_t stream;  // cudaStream_t / hipStream_t
+};
+
+}  // namespace fp8gemm

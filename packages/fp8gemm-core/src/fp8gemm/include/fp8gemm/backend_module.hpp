@@ -1,0 +1,28 @@
+// The Python module every arch package exposes to the core (pybind11, no libtorch):
+//   launch(16 ints), workspace_bytes(m, n, k), build_info() -> dict
+// An arch package's binding is then one line:
+//   PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &my::launch, &my::workspace_bytes, my::build_info); }
+#pragma once
+#include <pybind11/pybind11.h>
+
+#include "fp8gemm/backend.hpp"
+
+namespace fp8gemm {
+
+template <class Launch, class WorkspaceBytes, class BuildInfo>
+void define_backend_module(pybind11::module_& m, Launch launch, WorkspaceBytes workspace_bytes, BuildInfo build_info) {
+  m.doc() = "fp8gemm backend kernels; see fp8gemm.protocol for the launch contract";
+  m.def(
+      "launch",
+      [launch](uintptr_t a, uintptr_t b, uintptr_t a_scale, uintptr_t b_scale, uintptr_t out, uintptr_t workspace,
+               int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldo, int64_t a_scale_ld,
+               int64_t b_scale_ld, int out_kind, uintptr_t stream) {
+        launch(LaunchArgs{a, b, a_scale, b_scale, out, workspace, m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld,
+                          out_kind, stream});
+      },
+      "Enqueue one GEMM on `stream` (all arguments are integers)");
+  m.def("workspace_bytes", workspace_bytes, "Scratch bytes launch() needs for this shape on the current device");
+  m.def("build_info", build_info, "Compiler, toolkit, arch flags and kernel of this build");
+}
+
+}  // namespace fp8gemm
