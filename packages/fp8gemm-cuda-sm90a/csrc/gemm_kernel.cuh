@@ -202,12 +202,14 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages, kCluster>::kThreads, 
 #pragma unroll
     for (int i = 0; i < 64; ++i) total[i] = 0.0f;
 
+    // Nothing the wgmmas do not need is waited for before they are issued: b_scale is fetched one
+    // K block ahead, and the A scales are read from the stage while the tensor core runs.
+    float b_scale_next = __ldg(b_scale_row + kb_begin);
     for (int kb = kb_begin; kb < kb_end; ++kb, ++iter) {
       const int s = iter % kStages;
-      const float b_scale = __ldg(b_scale_row + kb);
+      const float b_scale = b_scale_next;
+      if (kb + 1 < kb_end) b_scale_next = __ldg(b_scale_row + kb + 1);
       mbar_wait(&full[s], (iter / kStages) & 1);
-      const float s_lo = scales[s * C::kBlockM + row_in_tile] * b_scale;
-      const float s_hi = scales[s * C::kBlockM + row_in_tile + 8] * b_scale;
       const uint8_t* a_tile = tiles_a + s * C::kABytes + warpgroup * 64 * kBlockK;
       const uint8_t* b_tile = tiles_b + s * C::kBBytes;
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -215,6 +217,8 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages, kCluster>::kThreads, 
       for (int ks = 0; ks < kBlockK / 32; ++ks)  // K advances 32 bytes inside the 128-byte swizzle atom
         wgmma_m64n128k32_e4m3(acc, sw128_desc(a_tile + ks * 32), sw128_desc(b_tile + ks * 32), ks > 0);
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      const float s_lo = scales[s * C::kBlockM + row_in_tile] * b_scale;
+      const float s_hi = scales[s * C::kBlockM + row_in_tile + 8] * b_scale;
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
       if (lane == 0) {  // stage free (its scales are in registers already), here and in the peer
         if constexpr (kCluster > 1) {
