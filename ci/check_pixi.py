@@ -21,7 +21,10 @@ def schema_errors(manifest: dict, schema_path: Path = SCHEMA) -> list[str]:
 
     schema = json.loads(schema_path.read_text())
     validator = jsonschema.Draft7Validator(schema)
-    return [f"schema: {'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in validator.iter_errors(manifest)]
+    return [
+        f"schema: {'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in validator.iter_errors(manifest)
+    ]
 
 
 def _env_features(manifest: dict) -> dict[str, list[str]]:

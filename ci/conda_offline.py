@@ -80,7 +80,8 @@ def solve(channel: Path, spec: str, cuda: str, cuda_arch: str):
     """Solve ``spec`` against the local channel as a machine with this driver and GPU would."""
     import asyncio
 
-    from rattler import Channel, VirtualPackage, VirtualPackageOverrides, solve as rattler_solve
+    from rattler import Channel, VirtualPackage, VirtualPackageOverrides
+    from rattler import solve as rattler_solve
 
     env = {"CONDA_OVERRIDE_CUDA": cuda, "CONDA_OVERRIDE_CUDA_ARCH": cuda_arch}
     saved = {k: os.environ.get(k) for k in env}

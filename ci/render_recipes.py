@@ -44,7 +44,9 @@ def render(recipe_dir: Path, platform: str = "linux-64") -> list[Rendered]:
         d = rv.recipe.to_dict()
         if d.get("build", {}).get("skip") is True:
             continue
-        out.append(Rendered(recipe_dir.name, dict(rv.variant), d["package"], d.get("build", {}), d.get("requirements", {})))
+        out.append(
+            Rendered(recipe_dir.name, dict(rv.variant), d["package"], d.get("build", {}), d.get("requirements", {}))
+        )
     return out
 
 

@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 
 # torch: keep an installed one; else 2.13.0 (a CPU wheel where this workplace provides one).
 "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0"
-"$PY" -m pip install -q -e "packages/fp8gemm-core[test]" pybind11 scikit-build-core "cmake>=3.26" ninja "py-rattler-build>=0.40" nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "py-rattler>=0.10" pyyaml
+"$PY" -m pip install -q -e "packages/fp8gemm-core[test]" pybind11 scikit-build-core "cmake>=3.26" ninja "py-rattler-build>=0.40" nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "py-rattler>=0.10" pyyaml ruff
 
 # The HIP compiler for gfx942 ISA checks (Debian's clang-19), only where apt can install it.
 if ! command -v clang++-19 >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

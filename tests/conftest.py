@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
+import fp8gemm
 import pytest
 import torch
-
-import fp8gemm
 from fp8gemm import registry
 
 

@@ -36,7 +36,18 @@ def _pip_nvidia_tool(name: str) -> str | None:
 
 
 def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None) -> Path:
-    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out_dir), str(ROOT / "packages" / package)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        str(out_dir),
+        str(ROOT / "packages" / package),
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=1200)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     (wheel,) = out_dir.glob("*.whl")

@@ -6,10 +6,9 @@ import json
 import subprocess
 import sys
 
+import fp8gemm
 import pytest
 import torch
-
-import fp8gemm
 from fp8gemm import conformance
 from fp8gemm.cli import main
 from fp8gemm.reference import oracle
@@ -48,7 +47,9 @@ OPCHECKS = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_
 
 def test_opcheck_of_registered_ops():
     a, b, sa, sb = _inputs(seed=2)
-    torch.library.opcheck(torch.ops.fp8gemm.gemm.default, (a, b, sa, sb, torch.bfloat16, "reference"), test_utils=OPCHECKS)
+    torch.library.opcheck(
+        torch.ops.fp8gemm.gemm.default, (a, b, sa, sb, torch.bfloat16, "reference"), test_utils=OPCHECKS
+    )
     out = torch.empty(48, 272, dtype=torch.bfloat16)
     torch.library.opcheck(torch.ops.fp8gemm.gemm_out.default, (a, b, sa, sb, out, "reference"), test_utils=OPCHECKS)
 
@@ -87,7 +88,12 @@ def test_cli_check_passes_on_reference(capsys):
 
 def test_cli_bench_writes_json_and_plot(tmp_path, capsys):
     js, png = tmp_path / "r.json", tmp_path / "r.png"
-    assert main(["bench", "--device", "cpu", "--shapes", "16,256,512", "64,128,256", "--json", str(js), "--plot", str(png)]) == 0
+    assert (
+        main(
+            ["bench", "--device", "cpu", "--shapes", "16,256,512", "64,128,256", "--json", str(js), "--plot", str(png)]
+        )
+        == 0
+    )
     report = json.loads(js.read_text())
     assert report["environment"]["backend"] == "reference" and report["environment"]["torch"] == torch.__version__
     rows = [r for r in report["results"] if r["impl"] == "fp8gemm"]
@@ -104,6 +110,11 @@ def test_cli_rejects_bad_shape_and_bad_backend(capsys):
 
 
 def test_python_dash_m_entry():
-    run = subprocess.run([sys.executable, "-m", "fp8gemm", "info", "--json", "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "fp8gemm", "info", "--json", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["selected"]["name"] == "reference"

@@ -7,7 +7,6 @@ import re
 import subprocess
 
 import pytest
-
 from isa import build_wheel, extract_module, needed_libraries, require_tool, sass_opcodes
 
 PACKAGES = {
@@ -31,7 +30,9 @@ def built(request, tmp_path_factory):
 
 def test_ships_machine_code_for_its_target_only(built):
     package, module = built
-    elves = subprocess.run([require_tool("cuobjdump"), "-lelf", str(module)], capture_output=True, text=True, check=True).stdout
+    elves = subprocess.run(
+        [require_tool("cuobjdump"), "-lelf", str(module)], capture_output=True, text=True, check=True
+    ).stdout
     assert re.findall(r"sm_\d+a?", elves) == [PACKAGES[package][0]], elves
 
 
@@ -46,7 +47,9 @@ def test_sass_has_the_fp8_tensor_core_path(built):
 
 def test_no_register_spills(built):
     package, module = built
-    out = subprocess.run([require_tool("cuobjdump"), "-res-usage", str(module)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [require_tool("cuobjdump"), "-res-usage", str(module)], capture_output=True, text=True, check=True
+    ).stdout
     kernels = re.findall(r"Function (\S+):\s+REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", out)
     assert len(kernels) == PACKAGES[package][2], out
     for name, regs, stack, local in kernels:
@@ -58,4 +61,6 @@ def test_no_register_spills(built):
 
 def test_binary_links_neither_torch_nor_the_cuda_runtime(built):
     needed = needed_libraries(built[1])
-    assert not any("torch" in lib or "c10" in lib or "cudart" in lib or lib.startswith("libcuda.") for lib in needed), needed
+    assert not any("torch" in lib or "c10" in lib or "cudart" in lib or lib.startswith("libcuda.") for lib in needed), (
+        needed
+    )

@@ -4,19 +4,19 @@ and loads, and its host-side tiling logic covers every shape of the contract."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import subprocess
 import sys
 import zipfile
 
+import fp8gemm
 import pytest
 import torch
+from fp8gemm import registry
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import fp8gemm
-from fp8gemm import registry
 from isa import build_wheel, needed_libraries, require_tool
 
 
@@ -24,7 +24,9 @@ from isa import build_wheel, needed_libraries, require_tool
 def gfx942_dir(tmp_path_factory):
     require_tool("clang++-19")
     tmp = tmp_path_factory.mktemp("gfx942")
-    wheel = build_wheel("fp8gemm-rocm-gfx942", tmp / "wheel", {"FP8GEMM_HIP_COMPILER": "clang++-19", "FP8GEMM_HEADER_LIGHT": "ON"})
+    wheel = build_wheel(
+        "fp8gemm-rocm-gfx942", tmp / "wheel", {"FP8GEMM_HIP_COMPILER": "clang++-19", "FP8GEMM_HEADER_LIGHT": "ON"}
+    )
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(tmp / "site")
     return tmp / "site"
@@ -59,13 +61,17 @@ def test_code_object_targets_gfx942_sramecc_on_xnack_off(gfx942_dir):
     assert b"amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-" in elf
 
 
+def _report_field(text: str, key: str) -> int:
+    return int(re.search(rf"{key}: (\d+)", text).group(1))
+
+
 def test_resource_usage_no_spills_lds_fits(gfx942_dir):
     report = (gfx942_dir / "fp8gemm_rocm_gfx942" / "isa" / "resource-usage.txt").read_text()
     kernels = re.split(r"remark: Function Name: ", report)[1:]
     assert len(kernels) == 3  # two tile configs + split-K reduction
     for text in kernels:
         name = text.split()[0]
-        field = lambda key: int(re.search(rf"{key}: (\d+)", text).group(1))  # noqa: E731
+        field = functools.partial(_report_field, text)
         assert field(r"ScratchSize \[bytes/lane\]") == 0, name
         assert field("VGPRs Spill") == 0 and field("SGPRs Spill") == 0, name
         assert field("VGPRs") + field("AGPRs") <= 512, name
@@ -99,7 +105,9 @@ def test_backend_registers_and_is_chosen_for_an_mi300x(gfx942_dir, gfx942_module
     registry.installed_backends(refresh=True)
     try:
         (ib,) = [ib for ib in registry.installed_backends() if ib.name == "gfx942"]
-        assert ib.error is None and ib.backend.fp8_dtype == "float8_e4m3fnuz" and ib.distribution == "fp8gemm-rocm-gfx942"
+        assert (
+            ib.error is None and ib.backend.fp8_dtype == "float8_e4m3fnuz" and ib.distribution == "fp8gemm-rocm-gfx942"
+        )
         mi300x = registry.DeviceInfo("rocm", "AMD Instinct MI300X", ("gfx942",), "gfx942:sramecc+:xnack-")
         monkeypatch.setattr(registry, "describe_device", lambda device: mi300x)
         registry.clear_caches()

@@ -6,7 +6,6 @@ Arch packages run this file unchanged on their GPU: `FP8GEMM_TEST_DEVICE=cuda py
 from __future__ import annotations
 
 import pytest
-
 from conftest import backends_under_test, device_under_test, fp8_dtype_for
 from fp8gemm import conformance
 
@@ -47,7 +46,6 @@ def test_suite_covers_the_contract():
 def test_oracle_catches_a_wrong_scale(device):
     """The check can fail: a scale applied to the wrong K block is far outside tolerance."""
     import torch
-
     from fp8gemm.reference import oracle
 
     case = conformance.Case(64, 256, 512)

@@ -5,10 +5,9 @@ Skipped without a GPU (CI has none); run on the device machine with FP8GEMM_TEST
 
 from __future__ import annotations
 
+import fp8gemm
 import pytest
 import torch
-
-import fp8gemm
 from conftest import backends_under_test, device_under_test
 from fp8gemm import conformance
 from fp8gemm.reference import oracle

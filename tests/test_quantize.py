@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import fp8gemm
 import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-import fp8gemm
 from fp8gemm import conformance
 from fp8gemm.reference import oracle
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 FP8 = st.sampled_from([torch.float8_e4m3fn, torch.float8_e4m3fnuz])
 FINITE = st.floats(-1e4, 1e4, allow_nan=False, width=32)

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from isa import require_tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ci"))

@@ -12,10 +12,9 @@ import subprocess
 import sys
 import textwrap
 
+import fp8gemm
 import pytest
 import torch
-
-import fp8gemm
 from fp8gemm import conformance, ops, registry
 from fp8gemm.registry import DeviceInfo
 
@@ -23,7 +22,7 @@ H100 = DeviceInfo("cuda", "Fake H100", ("sm_90a", "sm_90"), "9.0")
 MI300X = DeviceInfo("rocm", "Fake MI300X", ("gfx942",), "gfx942:sramecc+:xnack-")
 
 # A module that implements a backend in Python over raw pointers to host memory.
-POINTER_BACKEND = '''
+POINTER_BACKEND = """
 import ctypes, torch
 from fp8gemm.protocol import Backend, ScaleLayout, MN_MAJOR, K_MAJOR, OUT_FP32
 from fp8gemm.reference import oracle
@@ -64,7 +63,7 @@ def factory():
 
 def wrong_type():
     return "not a backend"
-'''
+"""
 
 
 def _install_fake(root, dist: str, entry_points: dict[str, str]) -> None:
@@ -79,15 +78,31 @@ def _install_fake(root, dist: str, entry_points: dict[str, str]) -> None:
 def fake_site(tmp_path, monkeypatch):
     """A site dir with fake arch packages: good ones, a broken binary, a misnamed one."""
     (tmp_path / "fake_backends.py").write_text(POINTER_BACKEND)
-    (tmp_path / "broken_backend.py").write_text("raise ImportError('libcudart.so.13: cannot open shared object file')\n")
-    _install_fake(tmp_path, "fp8gemm_fake_hopper", {"hopper": "fake_backends:hopper", "hopper_generic": "fake_backends:hopper_generic", "lazy": "fake_backends:factory"})
+    (tmp_path / "broken_backend.py").write_text(
+        "raise ImportError('libcudart.so.13: cannot open shared object file')\n"
+    )
+    _install_fake(
+        tmp_path,
+        "fp8gemm_fake_hopper",
+        {
+            "hopper": "fake_backends:hopper",
+            "hopper_generic": "fake_backends:hopper_generic",
+            "lazy": "fake_backends:factory",
+        },
+    )
     _install_fake(tmp_path, "fp8gemm_fake_amd", {"amd": "fake_backends:amd"})
-    _install_fake(tmp_path, "fp8gemm_fake_broken", {"broken": "broken_backend:BACKEND", "misnamed": "fake_backends:amd", "wrongtype": "fake_backends:wrong_type"})
+    _install_fake(
+        tmp_path,
+        "fp8gemm_fake_broken",
+        {"broken": "broken_backend:BACKEND", "misnamed": "fake_backends:amd", "wrongtype": "fake_backends:wrong_type"},
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv(registry.ENV_VAR, raising=False)
     # Only the fake distributions: real arch packages installed here must not take part.
     real = registry._entry_points
-    monkeypatch.setattr(registry, "_entry_points", lambda: [ep for ep in real() if ep.dist.name.startswith("fp8gemm_fake")])
+    monkeypatch.setattr(
+        registry, "_entry_points", lambda: [ep for ep in real() if ep.dist.name.startswith("fp8gemm_fake")]
+    )
     importlib.invalidate_caches()
     registry.installed_backends(refresh=True)
     yield tmp_path

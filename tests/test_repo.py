@@ -61,5 +61,6 @@ def test_ci_runs_exactly_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     commands = re.findall(r"^(\S.*?)\s+# the test command$", readme, re.M)
     assert commands == ["bash ci/test.sh"], commands
-    ci = [l for l in (ROOT / ".ci/run").read_text().splitlines() if l and not l.startswith(("#", "set ", "cd "))]
+    lines = (ROOT / ".ci/run").read_text().splitlines()
+    ci = [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
     assert ci == ["exec " + commands[0]]

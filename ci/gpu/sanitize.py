@@ -3,7 +3,6 @@
 import sys
 
 import torch
-
 from fp8gemm import conformance
 
 backend = sys.argv[1] if len(sys.argv) > 1 else None

@@ -8,14 +8,14 @@ import math
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from . import __version__, registry
 from .conformance import relative_error
-from .ops import gemm, prepare_weight_scale, preferred_fp8_dtype
+from .ops import gemm, preferred_fp8_dtype, prepare_weight_scale
 from .peers import available_peers
 from .quantize import quantize_activation, quantize_weight
 from .reference import oracle
@@ -136,7 +136,9 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) 
     When the host is the bottleneck, back-to-back calls run at host speed, so the difference is the
     host's cost per call (validation, dispatch, launch) that a small decode GEMM cannot hide.
     """
-    a, a_scale = quantize_activation(torch.randn(16, 256, device=device), fp8_dtype=preferred_fp8_dtype(device, backend))
+    a, a_scale = quantize_activation(
+        torch.randn(16, 256, device=device), fp8_dtype=preferred_fp8_dtype(device, backend)
+    )
     b, b_scale = quantize_weight(torch.randn(128, 256, device=device), fp8_dtype=preferred_fp8_dtype(device, backend))
     b_scale = prepare_weight_scale(b_scale, backend=backend)
     out = torch.empty(16, 128, dtype=torch.bfloat16, device=device)
@@ -169,9 +171,7 @@ def speedups(report: dict) -> dict[str, float]:
         if "tflops" in r:
             by_shape.setdefault((r["m"], r["n"], r["k"]), {})[r["impl"]] = r["tflops"]
     peers = {r["impl"] for r in report["results"]} - {OURS}
-    return {
-        p: geomean([t[OURS] / t[p] for t in by_shape.values() if OURS in t and p in t]) for p in sorted(peers)
-    }
+    return {p: geomean([t[OURS] / t[p] for t in by_shape.values() if OURS in t and p in t]) for p in sorted(peers)}
 
 
 def save_json(report: dict, path: Path) -> None:

@@ -27,8 +27,13 @@ def _info_dict(device: torch.device, backend: str | None) -> dict:
     info["installed"] = [
         {"name": ib.name, "distribution": ib.distribution, "entry_point": ib.entry_point, "error": ib.error}
         | (
-            {"platform": ib.backend.platform, "targets": list(ib.backend.targets), "fp8_dtype": ib.backend.fp8_dtype,
-             "version": ib.backend.version, "build_info": dict(ib.backend.build_info)}  # fmt: skip
+            {
+                "platform": ib.backend.platform,
+                "targets": list(ib.backend.targets),
+                "fp8_dtype": ib.backend.fp8_dtype,
+                "version": ib.backend.version,
+                "build_info": dict(ib.backend.build_info),
+            }  # fmt: skip
             if ib.backend
             else {}
         )
@@ -59,10 +64,14 @@ def cmd_info(args) -> int:
             table.add_row(ib["name"], ib["distribution"], "?", "?", "?", f"[red]FAILED TO LOAD: {ib['error']}[/red]")
         else:
             build = ", ".join(f"{k}={v}" for k, v in ib["build_info"].items())
-            table.add_row(ib["name"], ib["distribution"], "/".join(ib["targets"]), ib["fp8_dtype"], ib["version"], build)
+            table.add_row(
+                ib["name"], ib["distribution"], "/".join(ib["targets"]), ib["fp8_dtype"], ib["version"], build
+            )
     console.print(table)
     sel = info["selected"]
-    console.print(f"selected: [bold]{sel['name']}[/bold] ({sel['reason']})" if sel["name"] else f"[red]{sel['reason']}[/red]")
+    console.print(
+        f"selected: [bold]{sel['name']}[/bold] ({sel['reason']})" if sel["name"] else f"[red]{sel['reason']}[/red]"
+    )
     return 0
 
 
@@ -83,7 +92,9 @@ def cmd_check(args) -> int:
     for bad in conformance.BAD_INPUTS:
         ok, detail = conformance.run_bad_input(bad, device, fp8, args.backend)
         failures += not ok
-        table.add_row(f"bad input: {bad.id}", "", bad.error.__name__, "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}")
+        table.add_row(
+            f"bad input: {bad.id}", "", bad.error.__name__, "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
+        )
     console.print(table)
     console.print(f"{'[red]' if failures else '[green]'}{failures} failure(s)")
     return 1 if failures else 0

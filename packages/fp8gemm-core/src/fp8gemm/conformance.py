@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -114,7 +114,9 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (out.double() - ref).norm().item() / denom if denom else (out.double() - ref).norm().item()
 
 
-def run_case(case: Case, device, fp8_dtype: torch.dtype, backend: str | None = None, seed: int | None = None) -> CaseResult:
+def run_case(
+    case: Case, device, fp8_dtype: torch.dtype, backend: str | None = None, seed: int | None = None
+) -> CaseResult:
     gen = torch.Generator(device=device)
     gen.manual_seed(seed if seed is not None else random.getrandbits(63))
     a, b, a_scale, b_scale = make_inputs(case, fp8_dtype, device, gen)
@@ -203,8 +205,18 @@ BAD_INPUTS = [
     BadInput("unknown-backend", _kwargs(backend=lambda a, d: "no-such-backend"), RuntimeError, "is not installed"),
 ]  # fmt: skip
 BAD_INPUTS += [
-    BadInput("k-200", lambda d, f, g: _bad_shape(d, f, g, 32, 256, 200), ValueError, "K = 200 must be a positive multiple of 128"),
-    BadInput("n-40", lambda d, f, g: _bad_shape(d, f, g, 32, 40, 256), ValueError, "N = 40 (b.shape[0]) must be a positive multiple of 16"),
+    BadInput(
+        "k-200",
+        lambda d, f, g: _bad_shape(d, f, g, 32, 256, 200),
+        ValueError,
+        "K = 200 must be a positive multiple of 128",
+    ),
+    BadInput(
+        "n-40",
+        lambda d, f, g: _bad_shape(d, f, g, 32, 40, 256),
+        ValueError,
+        "N = 40 (b.shape[0]) must be a positive multiple of 16",
+    ),
 ]
 
 

@@ -108,7 +108,6 @@ def _try_fast(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa: C9
     return out
 
 
-
 def _launch(backend: Backend, a, b, a_scale, b_scale, out: torch.Tensor) -> None:
     m, k = a.shape
     n = b.shape[0]

@@ -7,7 +7,7 @@ Every peer is ``prepare(a, b, a_scale, b_scale, out_dtype) -> run()``: layout co
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

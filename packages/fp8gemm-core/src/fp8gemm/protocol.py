@@ -11,7 +11,7 @@ libtorch and one build works with any torch >= 2.4. See docs/architecture.md for
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 ENTRY_POINT_GROUP = "fp8gemm.backends"
 

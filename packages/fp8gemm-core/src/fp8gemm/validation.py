@@ -23,7 +23,9 @@ def check_tensor(name: str, t) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != 2:
-        raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}; flatten leading dims with .reshape(-1, t.shape[-1])")
+        raise ValueError(
+            f"{name} must be 2-D, got shape {tuple(t.shape)}; flatten leading dims with .reshape(-1, t.shape[-1])"
+        )
 
 
 def _check_rows_layout(name: str, t: torch.Tensor, cols: int) -> None:
@@ -35,7 +37,9 @@ def _check_rows_layout(name: str, t: torch.Tensor, cols: int) -> None:
             f"{tuple(t.stride())}. Pass {name}.contiguous()"
         )
     if rows > 1 and t.stride(0) < cols:
-        raise ValueError(f"{name} row stride {t.stride(0)} is smaller than its row length {cols}; pass {name}.contiguous()")
+        raise ValueError(
+            f"{name} row stride {t.stride(0)} is smaller than its row length {cols}; pass {name}.contiguous()"
+        )
     if rows > 1 and (t.stride(0) * t.element_size()) % ALIGN_BYTES:
         raise ValueError(
             f"{name} row stride ({t.stride(0)} elements) must be a multiple of {ALIGN_BYTES} bytes; "
@@ -75,14 +79,18 @@ def check_inputs(a, b, a_scale, b_scale, out, out_dtype, fp8_dtype: str | None) 
     m, k = a.shape
     n = b.shape[0]
     if b.shape[1] != k:
-        raise ValueError(f"a is [M, K] = {tuple(a.shape)} and b is [N, K] = {tuple(b.shape)}: K differs (b is the nn.Linear weight, [out_features, in_features])")
+        raise ValueError(
+            f"a is [M, K] = {tuple(a.shape)} and b is [N, K] = {tuple(b.shape)}: K differs (b is the nn.Linear weight, [out_features, in_features])"
+        )
     if k == 0 or k % BLOCK:
         raise ValueError(f"K = {k} must be a positive multiple of {BLOCK} (the scale block); pad K with zeros")
     if n == 0 or n % 16:
         raise ValueError(f"N = {n} (b.shape[0]) must be a positive multiple of 16; pad the weight's rows with zeros")
     kb = k // BLOCK
     if tuple(a_scale.shape) != (m, kb):
-        raise ValueError(f"a_scale must be [M, K/128] = [{m}, {kb}] (one scale per token per 128 of K), got {tuple(a_scale.shape)}")
+        raise ValueError(
+            f"a_scale must be [M, K/128] = [{m}, {kb}] (one scale per token per 128 of K), got {tuple(a_scale.shape)}"
+        )
     if tuple(b_scale.shape) != (ceil_div(n, BLOCK), kb):
         raise ValueError(
             f"b_scale must be [ceil(N/128), K/128] = [{ceil_div(n, BLOCK)}, {kb}] (one scale per 128x128 "
