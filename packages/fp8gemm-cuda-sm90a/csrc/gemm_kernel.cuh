@@ -39,6 +39,11 @@ struct Cfg {
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);
+  // Registers per consumer thread after the producer gives most of its own back (setmaxnreg):
+  // 65536 per SM = 128 x 40 (producer) + 128 x kConsumers x this, rounded down to a multiple of 8.
+  static constexpr int kConsumerRegs = ((65536 - 128 * 40) / (128 * kConsumers)) / 8 * 8 > 232
+                                           ? 232
+                                           : ((65536 - 128 * 40) / (128 * kConsumers)) / 8 * 8;
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kSBytes = kBlockM * 4;
@@ -189,7 +194,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages, kCluster>::kThreads, 
   }
 
   // Consumer warpgroups.
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kConsumerRegs));
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
   uint32_t iter = 0;

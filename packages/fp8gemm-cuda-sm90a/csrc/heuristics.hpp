@@ -26,9 +26,9 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // `cluster` (1 or 2): CTAs per cluster for the two-warpgroup tiles. Measured on an H200
 // (bench/results, 2026-11-22): the 2-CTA multicast version ran slower than 1 at every size, so 1 is
 // the default; FP8GEMM_SM90A_CLUSTER=2 selects it for experiments.
-inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, int cluster = 1) {
+inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, int cluster = 1, int consumers = 2) {
   Plan p{};
-  p.consumers = m <= 64 ? 1 : 2;
+  p.consumers = m <= 64 ? 1 : consumers;
   p.m_blocks = static_cast<int>(ceil_div(m, 64 * p.consumers));
   p.n_blocks = static_cast<int>(ceil_div(n, kBlockN));
   const int kb_total = static_cast<int>(k / kBlockK);

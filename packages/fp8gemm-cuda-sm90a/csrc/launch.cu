@@ -117,13 +117,19 @@ int cluster_preference() {
   return pref;
 }
 
+// Consumer warpgroups for M > 64: 2 (128-row tiles, default) or 3 (192-row tiles).
+int consumers_preference() {
+  static const int pref = env_int("FP8GEMM_SM90A_CONSUMERS", 2) == 3 ? 3 : 2;
+  return pref;
+}
+
 int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) {
-  return plan_for(m, n, k, sm_count(current_device()), cluster_preference()).workspace_bytes;
+  return plan_for(m, n, k, sm_count(current_device()), cluster_preference(), consumers_preference()).workspace_bytes;
 }
 
 void launch(const fp8gemm::LaunchArgs& args) {
   const int dev = current_device();
-  const Plan plan = plan_for(args.m, args.n, args.k, sm_count(dev), cluster_preference());
+  const Plan plan = plan_for(args.m, args.n, args.k, sm_count(dev), cluster_preference(), consumers_preference());
   if (plan.splits > 1 && !args.workspace) throw std::runtime_error("fp8gemm-cuda-sm90a: split-K plan needs the workspace");
   Params p{};
   p.out = reinterpret_cast<void*>(args.out);
@@ -138,6 +144,8 @@ void launch(const fp8gemm::LaunchArgs& args) {
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
   if (plan.consumers == 1)
     launch_tiles<1, 8, 1>(args, p, plan.grid, stream, dev);
+  else if (plan.consumers == 3)
+    launch_tiles<3, 5, 1>(args, p, plan.grid, stream, dev);
   else if (plan.cluster == 1)
     launch_tiles<2, 6, 1>(args, p, plan.grid, stream, dev);
   else
