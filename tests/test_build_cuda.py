@@ -14,9 +14,9 @@ PACKAGES = {
     "fp8gemm-cuda-sm120": ("sm_120", {"QMMA.16832.F32.E4M3.E4M3": 64, "LDSM": 1, "LDGSTS": 1}, 3),
     "fp8gemm-cuda-sm90a": (
         "sm_90a",
-        {"QGMMA.64x128x32.F32.E4M3.E4M3": 12, "UTMALDG.2D": 3, "UTMALDG.2D.MULTICAST": 1, "SYNCS.PHASECHK": 1,
+        {"QGMMA.64x128x32.F32.E4M3.E4M3": 16, "UTMALDG.2D": 3, "UTMALDG.2D.MULTICAST": 1, "SYNCS.PHASECHK": 1,
          "USETMAXREG": 2, "WARPGROUP.ARRIVE": 1},
-        4,
+        5,
     ),
 }  # fmt: skip
 

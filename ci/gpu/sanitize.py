@@ -6,7 +6,7 @@ import torch
 from fp8gemm import conformance
 
 backend = sys.argv[1] if len(sys.argv) > 1 else None
-SHAPES = [(1, 16, 128), (37, 272, 640), (64, 2112, 1024), (130, 144, 384), (257, 400, 1152)]
+SHAPES = [(1, 16, 128), (37, 272, 640), (64, 2112, 1024), (130, 144, 384), (257, 400, 1152), (2100, 272, 384)]
 for i, (m, n, k) in enumerate(SHAPES):
     case = conformance.Case(m, n, k, torch.float32 if i % 2 else torch.bfloat16, i % 2 == 0, i % 3 == 0)
     r = conformance.run_case(case, "cuda", torch.float8_e4m3fn, backend)

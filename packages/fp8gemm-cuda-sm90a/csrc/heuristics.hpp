@@ -20,15 +20,18 @@ struct Plan {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// M <= 64 (decode) uses one consumer warpgroup (64-row tiles); larger M two, in 2-CTA clusters. When the tiles cannot fill the SMs,
-// K is split (fp32 partials + a reduction) until about one wave of CTAs runs, keeping >= 2 K blocks
-// per split. The grid is persistent: at most one CTA per SM.
-// `cluster` (1 or 2): CTAs per cluster for the two-warpgroup tiles. Measured on an H200
-// (bench/results, 2026-11-22): the 2-CTA multicast version ran slower than 1 at every size, so 1 is
-// the default; FP8GEMM_SM90A_CLUSTER=2 selects it for experiments.
-inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, int cluster = 1, int consumers = 2) {
+// The policy, each choice measured on an H200 (bench/results, 2026-11-22):
+// - Tile height (consumer warpgroups): 64 rows for M <= 64 (decode); 192 rows (3 consumers) from
+//   M = 2048, 0-13% faster than 128 there; 128 rows between, where 192 would mostly compute padding.
+//   `consumers` (2 or 3, FP8GEMM_SM90A_CONSUMERS) overrides for experiments.
+// - Split-K: when the tiles cannot fill the SMs, K is split (fp32 partials + a reduction) until
+//   about one wave of CTAs runs, keeping >= 2 K blocks per split.
+// - Clusters: `cluster` = 2 pairs 128-row tiles along M and multicasts the shared B tile; it measured
+//   no faster than 1, so 1 is the default (FP8GEMM_SM90A_CLUSTER=2 for experiments).
+// - The grid is persistent: at most one CTA per SM.
+inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, int cluster = 1, int consumers = 0) {
   Plan p{};
-  p.consumers = m <= 64 ? 1 : consumers;
+  p.consumers = m <= 64 ? 1 : consumers ? consumers : (m >= 2048 ? 3 : 2);
   p.m_blocks = static_cast<int>(ceil_div(m, 64 * p.consumers));
   p.n_blocks = static_cast<int>(ceil_div(n, kBlockN));
   const int kb_total = static_cast<int>(k / kBlockK);

@@ -117,9 +117,12 @@ int cluster_preference() {
   return pref;
 }
 
-// Consumer warpgroups for M > 64: 2 (128-row tiles, default) or 3 (192-row tiles).
+// FP8GEMM_SM90A_CONSUMERS=2|3 forces the tile height for M > 64 (experiments); 0 = heuristics.
 int consumers_preference() {
-  static const int pref = env_int("FP8GEMM_SM90A_CONSUMERS", 2) == 3 ? 3 : 2;
+  static const int pref = [] {
+    const int v = env_int("FP8GEMM_SM90A_CONSUMERS", 0);
+    return v == 2 || v == 3 ? v : 0;
+  }();
   return pref;
 }
 
