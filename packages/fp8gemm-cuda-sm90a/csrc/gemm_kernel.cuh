@@ -49,7 +49,11 @@ struct Cfg {
   static constexpr int kSBytes = kBlockM * 4;
   static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // TMA counts OOB-filled bytes too
   // [A x stages][B x stages][scales x stages][full bars][empty bars]; tiles 1024-byte aligned (SW128).
-  static constexpr int kBarOffset = kStages * (kABytes + kBBytes + kSBytes);
+  // bf16 output leaves through shared memory and TMA stores: per consumer warpgroup two 64 x 64
+  // halves, 128-byte swizzled (conflict-free writes from the accumulator layout).
+  static constexpr int kEpiBytes = kConsumers * 64 * kBlockN * 2;
+  static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes) + 1023) / 1024 * 1024;  // SW128 base
+  static constexpr int kBarOffset = kEpiOffset + kEpiBytes;
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
 };
@@ -106,6 +110,12 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
 // Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t sw128_desc(const void* tile) {
   const uint64_t addr = smem_u32(tile);
@@ -138,13 +148,15 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
 template <int kConsumers, int kStages, int kCluster>
 __global__ void __launch_bounds__(Cfg<kConsumers, kStages, kCluster>::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                const __grid_constant__ CUtensorMap map_scale, const Params p) {
+                const __grid_constant__ CUtensorMap map_scale, const __grid_constant__ CUtensorMap map_out,
+                const Params p) {
   using C = Cfg<kConsumers, kStages, kCluster>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* tiles_a = smem;
   uint8_t* tiles_b = smem + kStages * C::kABytes;
   float* scales = reinterpret_cast<float*>(smem + kStages * (C::kABytes + C::kBBytes));
+  uint8_t* epilogue = smem + C::kEpiOffset;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOffset);
   uint64_t* empty = full + kStages;
 
@@ -243,8 +255,42 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages, kCluster>::kThreads, 
       }
     }
 
-    // Epilogue: register 4i + j holds column 8i + 2 (lane % 4) + (j & 1). N % 16 == 0, so an
-    // 8-column group is wholly inside N or wholly outside.
+    // Epilogue: register 4i + j holds column 8i + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).
+    const bool tma_out = !p.partial && !p.out_fp32;
+    if (tma_out) {
+      // bf16: stage the warpgroup's 64 x 128 block in shared memory, then one thread hands it to the
+      // TMA engine (rows past M, columns past N are clipped by the tensor map) and the warpgroup
+      // moves on to its next tile while the copy drains.
+      uint8_t* buf = epilogue + warpgroup * 64 * kBlockN * 2;
+      const bool issuer = threadIdx.x % 128 == 0;
+      if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // buffer free again
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+      const int r0 = warp * 16 + lane / 4;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        uint8_t* half_buf = buf + (i / 8) * 64 * 128;  // columns 0-63 | 64-127
+        const int chunk = i % 8;                       // 16-byte chunk of the 128-byte row
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = r0 + 8 * h;
+          const __nv_bfloat162 v = __floats2bfloat162_rn(total[4 * i + 2 * h], total[4 * i + 2 * h + 1]);
+          *reinterpret_cast<__nv_bfloat162*>(half_buf + r * 128 + ((chunk ^ (r % 8)) << 4) + (lane % 4) * 4) = v;
+        }
+      }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the TMA engine
+      asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+      if (issuer) {
+        const int row = tile.m_block * C::kBlockM + warpgroup * 64, col = tile.n_block * kBlockN;
+        if (row < p.m) {
+          tma_store_2d(&map_out, buf, col, row);
+          if (col + 64 < p.n) tma_store_2d(&map_out, buf + 64 * 128, col + 64, row);
+        }
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+      continue;
+    }
+    // fp32 output and split-K partials: direct stores. N % 16 == 0, so an 8-column group is wholly
+    // inside N or wholly outside.
     const int m0 = tile.m_block * C::kBlockM + row_in_tile;
     const int n0 = tile.n_block * kBlockN + 2 * (lane % 4);
 #pragma unroll
@@ -258,15 +304,14 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages, kCluster>::kThreads, 
         const float x = total[4 * i + 2 * half], y = total[4 * i + 2 * half + 1];
         if (p.partial) {
           *reinterpret_cast<float2*>(p.partial + (int64_t(tile.split) * p.m + row) * p.n + col) = make_float2(x, y);
-        } else if (p.out_fp32) {
-          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + row * p.ldo + col) = make_float2(x, y);
         } else {
-          *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.out) + row * p.ldo + col) =
-              __floats2bfloat162_rn(x, y);
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + row * p.ldo + col) = make_float2(x, y);
         }
       }
     }
   }
+  // Shared memory must outlive the last TMA store's reads.
+  if (threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   if constexpr (kCluster > 1) cluster_sync();
 }
 

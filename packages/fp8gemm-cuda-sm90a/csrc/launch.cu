@@ -99,7 +99,12 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaS
     }
     config.gridDim = dim3(std::min(grid, max_clusters[dev] * kCluster));
   }
-  check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, p), "GEMM kernel launch");
+  // bf16 output: TMA stores of 64 x 64 boxes, 128-byte swizzled. (Unused for fp32 out / split-K,
+  // but a map over the real output is always valid to encode.)
+  const CUtensorMap map_out = make_map(reinterpret_cast<void*>(a.out), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.n, a.m,
+                                       a.out_kind == fp8gemm::kOutFP32 ? 2 * a.ldo : a.ldo, 64, 64,
+                                       CU_TENSOR_MAP_SWIZZLE_128B);
+  check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
 }
 
 }  // namespace
@@ -148,11 +153,11 @@ void launch(const fp8gemm::LaunchArgs& args) {
   if (plan.consumers == 1)
     launch_tiles<1, 8, 1>(args, p, plan.grid, stream, dev);
   else if (plan.consumers == 3)
-    launch_tiles<3, 5, 1>(args, p, plan.grid, stream, dev);
+    launch_tiles<3, 4, 1>(args, p, plan.grid, stream, dev);
   else if (plan.cluster == 1)
-    launch_tiles<2, 6, 1>(args, p, plan.grid, stream, dev);
+    launch_tiles<2, 5, 1>(args, p, plan.grid, stream, dev);
   else
-    launch_tiles<2, 6, 2>(args, p, plan.grid, stream, dev);
+    launch_tiles<2, 5, 2>(args, p, plan.grid, stream, dev);
   check(cudaGetLastError(), "GEMM kernel launch");
   if (plan.splits > 1) {
     const int64_t quads = args.m * args.n / 4;
