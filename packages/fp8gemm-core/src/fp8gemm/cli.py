@@ -126,6 +126,10 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _tflops_cell(tflops: float) -> str:
+    return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"  # CPU runs are far below 1 TFLOP/s
+
+
 def _print_bench_table(report: dict) -> None:
     env = report["environment"]
     table = Table(title=f"TFLOP/s (median), {env['device']}, torch {env['torch']}, {env['date']}")
@@ -135,7 +139,7 @@ def _print_bench_table(report: dict) -> None:
         table.add_column(impl, justify="right")
     by_shape: dict[tuple, dict[str, str]] = {}
     for r in report["results"]:
-        cell = f"{r['tflops']:.1f}" if "tflops" in r else "error"
+        cell = _tflops_cell(r["tflops"]) if "tflops" in r else "error"
         if r.get("rel_err") is not None and r["rel_err"] > conformance.TOLERANCE[torch.bfloat16]:
             cell += f" (WRONG, err {r['rel_err']:.2g})"
         by_shape.setdefault((r["m"], r["n"], r["k"]), {})[r["impl"]] = cell
