@@ -17,7 +17,7 @@ import torch
 from fp8gemm import registry
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from isa import build_wheel, needed_libraries, require_tool
+from isa import ROOT, build_wheel, needed_libraries, require_tool
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +115,16 @@ def test_backend_registers_and_is_chosen_for_an_mi300x(gfx942_dir, gfx942_module
         assert fp8gemm.preferred_fp8_dtype("cpu") == torch.float8_e4m3fnuz
     finally:
         registry.installed_backends(refresh=True)
+
+
+def test_kernels_also_compile_against_the_hip_runtime_headers(tmp_path):
+    """The hipcc build path (FP8GEMM_HIP_HEADERS: <hip/hip_runtime.h>) compiles too, here against
+    Debian's HIP 5.2 headers; ROCm 6.3's own hipcc is not available on these machines."""
+    clang = require_tool("clang++-19")
+    pkg = ROOT / "packages" / "fp8gemm-rocm-gfx942"
+    cmd = [clang, "-x", "hip", "-std=c++17", "-O3", "--offload-arch=gfx942:sramecc+:xnack-", "-nogpulib",
+           "-DFP8GEMM_HIP_HEADERS", "-D__HIP_PLATFORM_AMD__", f"-I{pkg / 'csrc'}", f"-I{fp8gemm.get_include()}",
+           "-c", str(pkg / "csrc" / "kernels.hip"), "-o", str(tmp_path / "kernels.o")]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "kernels.o").stat().st_size > 0
