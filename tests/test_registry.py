@@ -116,7 +116,6 @@ def fake_gpu(monkeypatch):
 
     def use(info: DeviceInfo):
         monkeypatch.setattr(registry, "describe_device", lambda device: info)
-        monkeypatch.setattr(ops, "_current_stream", lambda device: 1234)
         monkeypatch.setattr(ops, "_device_guard", lambda device: contextlib.nullcontext())
         # The fast path reads device indices and the raw stream: CPU tensors play device 0.
         monkeypatch.setattr(ops, "_device_index", lambda t: 0 if t.device.type == "cpu" else -1)

@@ -13,13 +13,21 @@ from .reference import REFERENCE, reference_gemm
 from .validation import check_inputs, check_tensor, conform_scale, layout_ld
 
 
+def _device_index(t: torch.Tensor) -> int:
+    return t.get_device()  # -1 on CPU
+
+
+def _current_device() -> int:
+    return torch._C._cuda_getDevice()
+
+
+def _raw_stream(device_index: int) -> int:
+    return torch._C._cuda_getCurrentRawStream(device_index)  # a hipStream_t under ROCm torch
+
+
 def _device_guard(device: torch.device):
     """Kernels launch on the current device: switch only when the tensors live elsewhere."""
-    return contextlib.nullcontext() if device.index == torch.cuda.current_device() else torch.cuda.device(device)
-
-
-def _current_stream(device: torch.device) -> int:
-    return torch.cuda.current_stream(device).cuda_stream  # a hipStream_t under ROCm torch
+    return contextlib.nullcontext() if device.index == _current_device() else torch.cuda.device(device)
 
 
 # --- fast path: the steady-state call (valid inputs, scales already in the backend's layout) ---------
@@ -31,18 +39,6 @@ def _current_stream(device: torch.device) -> int:
 
 _fast_backends: dict[tuple[int, str | None], tuple[Backend, torch.dtype] | None] = {}
 registry.on_refresh(_fast_backends.clear)
-
-
-def _device_index(t: torch.Tensor) -> int:
-    return t.get_device()  # -1 on CPU
-
-
-def _current_device() -> int:
-    return torch._C._cuda_getDevice()
-
-
-def _raw_stream(device_index: int) -> int:
-    return torch._C._cuda_getCurrentRawStream(device_index)
 
 
 def _fast_backend(device_index: int, requested: str | None):
@@ -88,22 +84,25 @@ def _try_fast(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa: C9
     if out is None:
         if out_dtype is not None and out_dtype is not torch.bfloat16 and out_dtype is not f32:
             return None
-        out = torch.empty((m, n), dtype=out_dtype or torch.bfloat16, device=a.device)
-    elif type(out) is not tensor or (out.dtype is not torch.bfloat16 and out.dtype is not f32) or out.shape != (m, n):
-        return None
-    elif (out_dtype is not None and out_dtype is not out.dtype) or _device_index(out) != dev:
-        return None
-    ldo, o1 = out.stride()
-    if o1 != 1 or ldo < n or (ldo * out.element_size()) & 15:
-        return None
+    else:
+        if type(out) is not tensor or (out.dtype is not torch.bfloat16 and out.dtype is not f32) or out.shape != (m, n):
+            return None
+        if (out_dtype is not None and out_dtype is not out.dtype) or _device_index(out) != dev:
+            return None
+        ldo, o1 = out.stride()
+        if o1 != 1 or ldo < n or (ldo * out.element_size()) & 15 or out.data_ptr() & 15:
+            return None
     if _device_index(b) != dev or _device_index(a_scale) != dev or _device_index(b_scale) != dev:
         return None
-    ptrs = (a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr())
-    if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4]) & 15 or _current_device() != dev:
+    ptrs = (a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr())
+    if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15 or _current_device() != dev:
         return None
+    if out is None:  # only now: a call that falls back must not allocate twice
+        out = torch.empty((m, n), dtype=out_dtype or torch.bfloat16, device=a.device)
+        ldo = n
     ws_bytes = backend.workspace_bytes(m, n, k)
     workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=a.device).data_ptr() if ws_bytes else 0
-    backend.launch(*ptrs, workspace, m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld,
+    backend.launch(*ptrs, out.data_ptr(), workspace, m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld,
                    OUT_FP32 if out.dtype is f32 else OUT_BF16, _raw_stream(dev))  # fmt: skip
     return out
 
@@ -115,7 +114,7 @@ def _launch(backend: Backend, a, b, a_scale, b_scale, out: torch.Tensor) -> None
     b_scale, b_scale_ld = conform_scale(b_scale, backend.b_scale_layout)
     ws_bytes = backend.workspace_bytes(m, n, k)
     workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=a.device) if ws_bytes else None
-    stream = _current_stream(a.device)
+    stream = _raw_stream(a.device.index)
     backend.launch(
         a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(),
         workspace.data_ptr() if workspace is not None else 0,

@@ -50,7 +50,7 @@ def _check_rows_layout(name: str, t: torch.Tensor, cols: int) -> None:
 
 
 def _is_fake(t: torch.Tensor) -> bool:
-    return type(t).__name__ == "FakeTensor" or isinstance(t, torch._subclasses.FakeTensor)
+    return isinstance(t, torch._subclasses.FakeTensor)
 
 
 def check_inputs(a, b, a_scale, b_scale, out, out_dtype, fp8_dtype: str | None) -> torch.dtype:
