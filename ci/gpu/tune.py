@@ -1,22 +1,99 @@
-"""Time fp8gemm alone on a few shapes (median, L2 flushed): quick A/B runs of kernel knobs."""
+"""Time fp8gemm-cuda-sm90a tile choices on the benchmark shapes (median, L2 flushed).
+
+python3 ci/gpu/tune.py time [M,N,K ...]        time the current plan (env knobs apply) on shapes
+python3 ci/gpu/tune.py sweep OUT.json [SPEC..] time tiles (FP8GEMM_SM90A_TILE; DEFAULT_SPECS) on the
+                                               deepseek-v3 set; TUNE_CHECK=1 runs conformance first
+"""
 
 import functools
+import json
+import os
+import subprocess
 import sys
 
-import fp8gemm
-import torch
-import triton.testing
+# Tiles worth timing: (consumers, block_n[, cluster]) as FP8GEMM_SM90A_TILE takes them, optionally
+# with more knobs after "+": "2,192+STAGGER_NS=300" sets FP8GEMM_SM90A_STAGGER_NS=300.
+DEFAULT_SPECS = ["1,16", "1,32", "1,64", "1,128", "2,64", "2,128", "2,160", "2,192", "3,128", "2,160,2", "2,192,2"]
 
-shapes = [tuple(map(int, s.split(","))) for s in sys.argv[1:]] or [
-    (4096, 7168, 16384),
-    (4096, 2112, 7168),
-    (128, 7168, 16384),
-]
-for m, n, k in shapes:
-    a, sa = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda"))
-    b, sb = fp8gemm.quantize_weight(torch.randn(n, k, device="cuda"))
-    sb = fp8gemm.prepare_weight_scale(sb)
-    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    call = functools.partial(fp8gemm.gemm, a, b, sa, sb, out=out)
-    ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
-    print(f"{m}x{n}x{k}: {ms * 1e3:.1f} us, {2 * m * n * k / ms / 1e9:.0f} TFLOP/s")
+
+def shapes_from(args):
+    if args:
+        return [tuple(map(int, s.split(","))) for s in args]
+    from fp8gemm.bench import SHAPE_SETS
+
+    return SHAPE_SETS["deepseek-v3"]
+
+
+def time_shapes(shapes):
+    import fp8gemm
+    import torch
+    import triton.testing
+    from fp8gemm.reference import reference_gemm
+
+    for m, n, k in shapes:
+        a, sa = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda"))
+        b, sb = fp8gemm.quantize_weight(torch.randn(n, k, device="cuda"))
+        sb = fp8gemm.prepare_weight_scale(sb)
+        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        call = functools.partial(fp8gemm.gemm, a, b, sa, sb, out=out)
+        call()
+        err = float("nan")
+        if m * n * k <= 2**37:  # the fp32 dequantised product; the float64 oracle runs in `fp8gemm check`
+            ref = reference_gemm(a, b, sa, sb, torch.empty(m, n, device="cuda"))
+            err = float((out.float() - ref).norm() / ref.norm())
+        ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+        row = {"m": m, "n": n, "k": k, "us": ms * 1e3, "tflops": 2 * m * n * k / ms / 1e9, "rel_err": err}
+        print(json.dumps(row), flush=True)
+
+
+def spec_env(spec):
+    tile, *knobs = spec.split("+")
+    env = dict(os.environ, FP8GEMM_SM90A_TILE=tile)
+    env.update(("FP8GEMM_SM90A_" + k.split("=")[0], k.split("=")[1]) for k in knobs)
+    return tile, env
+
+
+def sweep(out_path, specs, check):
+    shapes = shapes_from([])
+    results = {}
+    for spec in specs:
+        tile, env = spec_env(spec)
+        if check:
+            cmd = ["fp8gemm", "check", "--backend", "sm90a", "--random", "4", "--seed", "7"]
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            print(f"{spec}: conformance {proc.stdout.strip().splitlines()[-1] if proc.stdout else proc.stderr[-400:]}")
+            if proc.returncode:
+                print(proc.stdout[-3000:])
+        small = tile.startswith("1,")  # 64-row tiles: decode shapes; taller tiles: the rest
+        picked = [f"{m},{n},{k}" for m, n, k in shapes if (m <= 128 if small else m >= 128)]
+        proc = subprocess.run([sys.executable, __file__, "time", *picked], env=env, capture_output=True, text=True)
+        if proc.returncode:
+            print(proc.stderr[-2000:])
+        results[spec] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FP8GEMM_SM90A")}
+    proc = subprocess.run([sys.executable, __file__, "time"], env=env, capture_output=True, text=True)
+    results["default"] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    with open(out_path, "w") as f:
+        json.dump(results, f, indent=1)
+    print_table(results, shapes)
+
+
+def print_table(results, shapes):
+    tiles = list(results)
+    print("shape".ljust(18) + "".join(t[:13].rjust(14) for t in tiles) + "   best")
+    for m, n, k in shapes:
+        cells, best = [], (0.0, "")
+        for t in tiles:
+            row = next((r for r in results[t] if (r["m"], r["n"], r["k"]) == (m, n, k)), None)
+            tf = row["tflops"] if row else 0.0
+            cells.append(f"{tf:14.0f}" if row else " " * 14)
+            if row and t != "default" and tf > best[0]:
+                best = (tf, t)
+        print(f"{m}x{n}x{k}".ljust(18) + "".join(cells) + f"   {best[1]}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["sweep"]:
+        sweep(sys.argv[2], sys.argv[3:] or DEFAULT_SPECS, check=os.environ.get("TUNE_CHECK") == "1")
+    else:
+        time_shapes(shapes_from(sys.argv[2:] if sys.argv[1:2] == ["time"] else sys.argv[1:]))

@@ -7,16 +7,19 @@
 // into both: L2 -> SM traffic per tile drops from 32 to 24 KB per K block, which is what limits a
 // 128 x 128 FP8 tile on Hopper. Per CTA, one producer warpgroup (one
 // thread issues TMA) fills a ring of kStages shared-memory stages, each holding one 128-wide K
-// block of A (BLOCK_M x 128), B (128 x 128) and A's scales (BLOCK_M floats); kConsumers warpgroups
-// of 64 rows each multiply a stage with four wgmma m64n128k32 into a fresh fp32 accumulator,
-// release the stage, and promote the accumulator into the running total with both scales (the
-// tensor core's FP8 accumulation is not full fp32, so it is never run for more than 128 of K).
+// block of A (BLOCK_M x 128), B (BLOCK_N x 128) and A's scales (BLOCK_M floats); kConsumers
+// warpgroups of 64 rows each multiply a stage with four wgmma m64nNk32 (N = BLOCK_N) into a fresh
+// fp32 accumulator, release the stage, and promote the accumulator into the running total with both
+// scales (the tensor core's FP8 accumulation is not full fp32, so it is never run for more than 128
+// of K). BLOCK_N is 16..128 (one B scale per tile and K block) or 160/192 (a tile straddles two
+// 128-wide scale blocks: the first kFormer 8-column groups take the first one).
 #pragma once
 
 #include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "heuristics.hpp"
 #include "wgmma.cuh"
@@ -32,12 +35,29 @@ struct Params {
   int out_fp32;
   int kb_per_split, splits, m_blocks, n_blocks;
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks (L2 reuse)
+  int stagger_ns;  // experiment: consumer warpgroup w starts w * stagger_ns later
 };
 
-template <int kConsumers, int kStages, int kCluster>
+// Pipeline depth: as many stages as shared memory holds next to the epilogue buffer, at most 12.
+constexpr int stages_for(int consumers, int block_n) {
+  const int per_stage = 64 * consumers * kBlockK + block_n * kBlockK + 64 * consumers * 4;
+  const int epilogue = block_n % 32 == 0 ? consumers * 64 * block_n * 2 : 0;
+  const int fit = (227 * 1024 - 2048 - epilogue - 2 * 12 * 8) / per_stage;  // 2048: alignment
+  return fit < 12 ? fit : 12;
+}
+
+template <int kConsumers, int kBlockN, int kCluster>
 struct Cfg {
+  static constexpr int kStages = stages_for(kConsumers, kBlockN);
+  static_assert(kStages >= 3, "at least three pipeline stages");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
+  static_assert(kBlockN == 160 || kBlockN == 192 || (kBlockN >= 16 && 128 % kBlockN == 0),
+                "BLOCK_N: 16, 32, 64, 128, 160 or 192");
   static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kAcc = kBlockN / 2;           // fp32 accumulators per thread (m64nNk32)
+  static constexpr int kGroups = kBlockN / 8;        // 8-column groups: accumulators 4g .. 4g + 3
+  static constexpr bool kUniformScaleB = kBlockN <= kBlockK;
+  static constexpr bool kTmaStore = kBlockN % 32 == 0;  // bf16 epilogue through 32-column TMA boxes
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg):
   // 65536 per SM = 128 x 40 (producer) + 128 x kConsumers x this, rounded down to a multiple of 8.
@@ -49,9 +69,9 @@ struct Cfg {
   static constexpr int kSBytes = kBlockM * 4;
   static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // TMA counts OOB-filled bytes too
   // [A x stages][B x stages][scales x stages][full bars][empty bars]; tiles 1024-byte aligned (SW128).
-  // bf16 output leaves through shared memory and TMA stores: per consumer warpgroup two 64 x 64
-  // halves, 128-byte swizzled (conflict-free writes from the accumulator layout).
-  static constexpr int kEpiBytes = kConsumers * 64 * kBlockN * 2;
+  // bf16 output leaves through shared memory and TMA stores: per consumer warpgroup 64 x 32 boxes,
+  // 64-byte swizzled (conflict-free writes from the accumulator layout).
+  static constexpr int kEpiBytes = kTmaStore ? kConsumers * 64 * kBlockN * 2 : 0;
   static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes) + 1023) / 1024 * 1024;  // SW128 base
   static constexpr int kBarOffset = kEpiOffset + kEpiBytes;
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + alignment slack
@@ -76,6 +96,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "@!done bra wait;\n}\n" ::"r"(smem_u32(bar)),
       "r"(parity)
       : "memory");
+}
+
+__device__ __forceinline__ float lds_f32(const float* p) {  // a plain C++ read would be a generic LD
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_u32(p)) : "memory");
+  return v;
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -145,12 +171,28 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   return tile;
 }
 
-template <int kConsumers, int kStages, int kCluster>
-__global__ void __launch_bounds__(Cfg<kConsumers, kStages, kCluster>::kThreads, 1)
+// Pipeline position: stage index and the parity of its current round, advanced together (no
+// division on the consumers' issue path).
+template <int kStages>
+struct Ring {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+};
+
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
+template <int kConsumers, int kBlockN, int kCluster>
+__global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_scale, const __grid_constant__ CUtensorMap map_out,
                 const Params p) {
-  using C = Cfg<kConsumers, kStages, kCluster>;
+  using C = Cfg<kConsumers, kBlockN, kCluster>;
+  constexpr int kStages = C::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* tiles_a = smem;
@@ -174,20 +216,26 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages, kCluster>::kThreads, 
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
+  if (threadIdx.x == kConsumers * 128) {  // descriptors into the cache while the barriers settle
+    prefetch_map(&map_a);
+    prefetch_map(&map_b);
+    prefetch_map(&map_scale);
+    prefetch_map(&map_out);
+  }
   if constexpr (kCluster > 1) cluster_sync();  // peers' barriers exist before anyone signals them
   else __syncthreads();
 
   if (warpgroup == kConsumers) {  // producer warpgroup: the last one
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == kConsumers * 128) {
-      uint32_t iter = 0;
+      Ring<kStages> ring;
       for (int t = first_tile; t < num_tiles; t += tile_stride) {
         const Tile tile = tile_at<kCluster>(p, t, rank);
         const int kb_begin = tile.split * p.kb_per_split;
         const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
-        for (int kb = kb_begin; kb < kb_end; ++kb, ++iter) {
-          const int s = iter % kStages;
-          mbar_wait(&empty[s], ((iter / kStages) & 1) ^ 1);  // a fresh barrier passes the first round
+        for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
+          const int s = ring.stage;
+          mbar_wait(&empty[s], ring.phase ^ 1);  // a fresh barrier passes the first round
           mbar_expect_tx(&full[s], C::kTxBytes);
           tma_load_2d(tiles_a + s * C::kABytes, &map_a, &full[s], kb * kBlockK, tile.m_block * C::kBlockM);
           tma_load_2d(scales + s * C::kBlockM, &map_scale, &full[s], tile.m_block * C::kBlockM, kb);
@@ -209,109 +257,141 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kStages, kCluster>::kThreads, 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kConsumerRegs));
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
-  uint32_t iter = 0;
+  if (p.stagger_ns && warpgroup > 0) __nanosleep(p.stagger_ns * warpgroup);
+  Ring<kStages> ring;
   for (int t = first_tile; t < num_tiles; t += tile_stride) {
     const Tile tile = tile_at<kCluster>(p, t, rank);
     const int kb_begin = tile.split * p.kb_per_split;
     const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
-    const float* b_scale_row = p.b_scale + tile.n_block * p.sb_ld;
-    float total[64], acc[64];
+    const int n_first = tile.n_block * kBlockN;
+    // B scales: row of the 128-block holding the tile's first column, and of the next one (a
+    // 192-wide tile straddles two; past N it repeats the first row, whose columns are masked).
+    const float* sb_row0 = p.b_scale + (n_first / kBlockK) * p.sb_ld;
+    const float* sb_row1 = (n_first / kBlockK + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
+    float total[C::kAcc], acc[C::kAcc];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) total[i] = 0.0f;
+    for (int i = 0; i < C::kAcc; ++i) total[i] = 0.0f;
 
-    // Nothing the wgmmas do not need is waited for before they are issued: b_scale is fetched one
-    // K block ahead, and the A scales are read from the stage while the tensor core runs.
-    float b_scale_next = __ldg(b_scale_row + kb_begin);
-    for (int kb = kb_begin; kb < kb_end; ++kb, ++iter) {
-      const int s = iter % kStages;
-      const float b_scale = b_scale_next;
-      if (kb + 1 < kb_end) b_scale_next = __ldg(b_scale_row + kb + 1);
-      mbar_wait(&full[s], (iter / kStages) & 1);
-      const uint8_t* a_tile = tiles_a + s * C::kABytes + warpgroup * 64 * kBlockK;
-      const uint8_t* b_tile = tiles_b + s * C::kBBytes;
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    // kFormer: 8-column groups that take the first B scale (a compile-time constant, so the
+    // promotion has no per-column selects).
+    auto mainloop = [&](auto former) {
+      constexpr int kFormer = decltype(former)::value;
+      // Nothing the wgmmas do not need is waited for before they are issued: B scales are fetched
+      // one K block ahead, and the A scales are read from the stage while the tensor core runs.
+      float sb0_next = __ldg(sb_row0 + kb_begin);
+      float sb1_next = kFormer < C::kGroups ? __ldg(sb_row1 + kb_begin) : 0.0f;
+      for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
+        const int s = ring.stage;
+        const float sb0 = sb0_next, sb1 = sb1_next;
+        if (kb + 1 < kb_end) {
+          sb0_next = __ldg(sb_row0 + kb + 1);
+          if constexpr (kFormer < C::kGroups) sb1_next = __ldg(sb_row1 + kb + 1);
+        }
+        mbar_wait(&full[s], ring.phase);
+        const uint8_t* a_tile = tiles_a + s * C::kABytes + warpgroup * 64 * kBlockK;
+        const uint8_t* b_tile = tiles_b + s * C::kBBytes;
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-      for (int ks = 0; ks < kBlockK / 32; ++ks)  // K advances 32 bytes inside the 128-byte swizzle atom
-        wgmma_m64n128k32_e4m3(acc, sw128_desc(a_tile + ks * 32), sw128_desc(b_tile + ks * 32), ks > 0);
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      const float s_lo = scales[s * C::kBlockM + row_in_tile] * b_scale;
-      const float s_hi = scales[s * C::kBlockM + row_in_tile + 8] * b_scale;
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (lane == 0) {  // stage free (its scales are in registers already), here and in the peer
-        if constexpr (kCluster > 1) {
+        for (int ks = 0; ks < kBlockK / 32; ++ks)  // K advances 32 bytes inside the 128-byte swizzle atom
+          wgmma_e4m3(acc, sw128_desc(a_tile + ks * 32), sw128_desc(b_tile + ks * 32), ks > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        const float sa_lo = lds_f32(scales + s * C::kBlockM + row_in_tile);
+        const float sa_hi = lds_f32(scales + s * C::kBlockM + row_in_tile + 8);
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (lane == 0) {  // stage free (its scales are in registers already), here and in the peer
+          if constexpr (kCluster > 1) {
 #pragma unroll
-          for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(&empty[s], r);
-        } else {
-          mbar_arrive(&empty[s]);
+            for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(&empty[s], r);
+          } else {
+            mbar_arrive(&empty[s]);
+          }
+        }
+        const float lo0 = sa_lo * sb0, hi0 = sa_hi * sb0, lo1 = sa_lo * sb1, hi1 = sa_hi * sb1;
+        // Accumulator layout: register 4g + {0,1} is row (lane/4), 4g + {2,3} row (lane/4 + 8).
+#pragma unroll
+        for (int g = 0; g < C::kGroups; ++g) {
+          const float lo = g < kFormer ? lo0 : lo1, hi = g < kFormer ? hi0 : hi1;
+          total[4 * g] += acc[4 * g] * lo;
+          total[4 * g + 1] += acc[4 * g + 1] * lo;
+          total[4 * g + 2] += acc[4 * g + 2] * hi;
+          total[4 * g + 3] += acc[4 * g + 3] * hi;
         }
       }
-      // Accumulator layout: register 4i + {0,1} is row (lane/4), 4i + {2,3} row (lane/4 + 8).
-#pragma unroll
-      for (int i = 0; i < 64; i += 4) {
-        total[i] += acc[i] * s_lo;
-        total[i + 1] += acc[i + 1] * s_lo;
-        total[i + 2] += acc[i + 2] * s_hi;
-        total[i + 3] += acc[i + 3] * s_hi;
+    };
+    if constexpr (C::kUniformScaleB) {
+      mainloop(std::integral_constant<int, C::kGroups>{});
+    } else {  // 192-wide tiles start at column 0 or 64 of a 128-block, 160-wide ones at 0, 32, 64 or 96
+      const int offset = n_first % kBlockK;
+      if (offset == 0) mainloop(std::integral_constant<int, 16>{});
+      else if (offset == 64) mainloop(std::integral_constant<int, 8>{});
+      else if constexpr (kBlockN % 64 != 0) {
+        if (offset == 32) mainloop(std::integral_constant<int, 12>{});
+        else mainloop(std::integral_constant<int, 4>{});
       }
     }
 
-    // Epilogue: register 4i + j holds column 8i + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).
-    const bool tma_out = !p.partial && !p.out_fp32;
-    if (tma_out) {
-      // bf16: stage the warpgroup's 64 x 128 block in shared memory, then one thread hands it to the
-      // TMA engine (rows past M, columns past N are clipped by the tensor map) and the warpgroup
-      // moves on to its next tile while the copy drains.
-      uint8_t* buf = epilogue + warpgroup * 64 * kBlockN * 2;
-      const bool issuer = threadIdx.x % 128 == 0;
-      if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // buffer free again
-      asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
-      const int r0 = warp * 16 + lane / 4;
+    // Epilogue: register 4g + j holds column 8g + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).
+    if constexpr (C::kTmaStore) {
+      if (!p.partial && !p.out_fp32) {
+        // bf16: stage the warpgroup's 64 x BLOCK_N block in shared memory as 64 x 32 boxes, then one
+        // thread hands them to the TMA engine (rows past M, columns past N are clipped by the tensor
+        // map) and the warpgroup moves on to its next tile while the copies drain.
+        uint8_t* buf = epilogue + warpgroup * 64 * kBlockN * 2;
+        const bool issuer = threadIdx.x % 128 == 0;
+        if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // buffer free again
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+        const int r0 = warp * 16 + lane / 4;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        uint8_t* half_buf = buf + (i / 8) * 64 * 128;  // columns 0-63 | 64-127
-        const int chunk = i % 8;                       // 16-byte chunk of the 128-byte row
+        for (int g = 0; g < C::kGroups; ++g) {
+          uint8_t* box = buf + (g / 4) * 64 * 64;  // columns 32 (g / 4) .. + 31
+          const int chunk = g % 4;                 // 16-byte chunk of the 64-byte row
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = r0 + 8 * h;
-          const __nv_bfloat162 v = __floats2bfloat162_rn(total[4 * i + 2 * h], total[4 * i + 2 * h + 1]);
-          *reinterpret_cast<__nv_bfloat162*>(half_buf + r * 128 + ((chunk ^ (r % 8)) << 4) + (lane % 4) * 4) = v;
+          for (int h = 0; h < 2; ++h) {
+            const int r = r0 + 8 * h;
+            const __nv_bfloat162 v = __floats2bfloat162_rn(total[4 * g + 2 * h], total[4 * g + 2 * h + 1]);
+            *reinterpret_cast<__nv_bfloat162*>(box + r * 64 + ((chunk ^ ((r >> 1) & 3)) << 4) + (lane % 4) * 4) = v;
+          }
         }
-      }
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the TMA engine
-      asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
-      if (issuer) {
-        const int row = tile.m_block * C::kBlockM + warpgroup * 64, col = tile.n_block * kBlockN;
-        if (row < p.m) {
-          tma_store_2d(&map_out, buf, col, row);
-          if (col + 64 < p.n) tma_store_2d(&map_out, buf + 64 * 128, col + 64, row);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the TMA engine
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+        if (issuer) {
+          const int row = tile.m_block * C::kBlockM + warpgroup * 64;
+          if (row < p.m) {
+#pragma unroll
+            for (int c = 0; c < kBlockN / 32; ++c)
+              if (n_first + 32 * c < p.n) tma_store_2d(&map_out, buf + c * 64 * 64, n_first + 32 * c, row);
+          }
+          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         }
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        continue;
       }
-      continue;
     }
-    // fp32 output and split-K partials: direct stores. N % 16 == 0, so an 8-column group is wholly
-    // inside N or wholly outside.
+    // fp32 output, split-K partials, narrow bf16 tiles: direct stores. N % 16 == 0, so an 8-column
+    // group is wholly inside N or wholly outside.
     const int m0 = tile.m_block * C::kBlockM + row_in_tile;
-    const int n0 = tile.n_block * kBlockN + 2 * (lane % 4);
+    const int n0 = n_first + 2 * (lane % 4);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int col = n0 + 8 * i;
+    for (int g = 0; g < C::kGroups; ++g) {
+      const int col = n0 + 8 * g;
       if (col >= p.n) continue;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = m0 + 8 * half;
         if (row >= p.m) continue;
-        const float x = total[4 * i + 2 * half], y = total[4 * i + 2 * half + 1];
+        const float x = total[4 * g + 2 * half], y = total[4 * g + 2 * half + 1];
         if (p.partial) {
           *reinterpret_cast<float2*>(p.partial + (int64_t(tile.split) * p.m + row) * p.n + col) = make_float2(x, y);
-        } else {
+        } else if (p.out_fp32) {
           *reinterpret_cast<float2*>(static_cast<float*>(p.out) + row * p.ldo + col) = make_float2(x, y);
+        } else {
+          *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.out) + row * p.ldo + col) =
+              __floats2bfloat162_rn(x, y);
         }
       }
     }
   }
   // Shared memory must outlive the last TMA store's reads.
-  if (threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  if (C::kTmaStore && threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   if constexpr (kCluster > 1) cluster_sync();
 }
 

@@ -66,10 +66,10 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
   return map;
 }
 
-template <int kConsumers, int kStages, int kCluster>
+template <int kConsumers, int kBlockN, int kCluster>
 void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaStream_t stream, int dev) {
-  using C = Cfg<kConsumers, kStages, kCluster>;
-  auto kernel = gemm_kernel<kConsumers, kStages, kCluster>;
+  using C = Cfg<kConsumers, kBlockN, kCluster>;
+  auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
   std::call_once(configured[dev], [&] {
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
@@ -99,12 +99,32 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaS
     }
     config.gridDim = dim3(std::min(grid, max_clusters[dev] * kCluster));
   }
-  // bf16 output: TMA stores of 64 x 64 boxes, 128-byte swizzled. (Unused for fp32 out / split-K,
-  // but a map over the real output is always valid to encode.)
+  // bf16 output: TMA stores of 64-row x 32-column boxes, 64-byte swizzled. (Unused for fp32 out,
+  // split-K and 16-wide tiles, but a map over the real output is always valid to encode.)
   const CUtensorMap map_out = make_map(reinterpret_cast<void*>(a.out), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.n, a.m,
-                                       a.out_kind == fp8gemm::kOutFP32 ? 2 * a.ldo : a.ldo, 64, 64,
-                                       CU_TENSOR_MAP_SWIZZLE_128B);
+                                       a.out_kind == fp8gemm::kOutFP32 ? 2 * a.ldo : a.ldo, 32, 64,
+                                       CU_TENSOR_MAP_SWIZZLE_64B);
   check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
+}
+
+// One instantiation per tile_supported() shape.
+void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params& p, cudaStream_t stream, int dev) {
+  const int key = plan.consumers * 10000 + plan.block_n * 10 + plan.cluster;
+  switch (key) {
+    case 10161: return launch_tiles<1, 16, 1>(args, p, plan.grid, stream, dev);
+    case 10321: return launch_tiles<1, 32, 1>(args, p, plan.grid, stream, dev);
+    case 10641: return launch_tiles<1, 64, 1>(args, p, plan.grid, stream, dev);
+    case 11281: return launch_tiles<1, 128, 1>(args, p, plan.grid, stream, dev);
+    case 20641: return launch_tiles<2, 64, 1>(args, p, plan.grid, stream, dev);
+    case 21281: return launch_tiles<2, 128, 1>(args, p, plan.grid, stream, dev);
+    case 21282: return launch_tiles<2, 128, 2>(args, p, plan.grid, stream, dev);
+    case 21601: return launch_tiles<2, 160, 1>(args, p, plan.grid, stream, dev);
+    case 21602: return launch_tiles<2, 160, 2>(args, p, plan.grid, stream, dev);
+    case 21921: return launch_tiles<2, 192, 1>(args, p, plan.grid, stream, dev);
+    case 21922: return launch_tiles<2, 192, 2>(args, p, plan.grid, stream, dev);
+    case 31281: return launch_tiles<3, 128, 1>(args, p, plan.grid, stream, dev);
+    default: throw std::logic_error("fp8gemm-cuda-sm90a: plan names a tile that is not compiled");
+  }
 }
 
 }  // namespace
@@ -114,30 +134,31 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
-int cluster_preference() {
-  static const int pref = [] {
-    const char* env = std::getenv("FP8GEMM_SM90A_CLUSTER");
-    return env && std::string(env) == "2" ? 2 : 1;
+// Experiments: FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]" and FP8GEMM_SM90A_SPLITS=n force the
+// plan's choices (read once per process); a tile launch.cu does not instantiate is an error.
+const Tuning& tuning() {
+  static const Tuning t = [] {
+    Tuning t;
+    if (const char* tile = std::getenv("FP8GEMM_SM90A_TILE"); tile && *tile) {
+      t.cluster = 1;
+      if (std::sscanf(tile, "%d,%d,%d", &t.consumers, &t.block_n, &t.cluster) < 2 ||
+          !tile_supported(t.consumers, t.block_n, t.cluster))
+        throw std::runtime_error(std::string("fp8gemm-cuda-sm90a: FP8GEMM_SM90A_TILE=") + tile +
+                                 " is not a compiled tile (see heuristics.hpp tile_supported)");
+    }
+    t.splits = std::max(0, env_int("FP8GEMM_SM90A_SPLITS", 0));
+    return t;
   }();
-  return pref;
-}
-
-// FP8GEMM_SM90A_CONSUMERS=2|3 forces the tile height for M > 64 (experiments); 0 = heuristics.
-int consumers_preference() {
-  static const int pref = [] {
-    const int v = env_int("FP8GEMM_SM90A_CONSUMERS", 0);
-    return v == 2 || v == 3 ? v : 0;
-  }();
-  return pref;
+  return t;
 }
 
 int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) {
-  return plan_for(m, n, k, sm_count(current_device()), cluster_preference(), consumers_preference()).workspace_bytes;
+  return plan_for(m, n, k, sm_count(current_device()), tuning()).workspace_bytes;
 }
 
 void launch(const fp8gemm::LaunchArgs& args) {
   const int dev = current_device();
-  const Plan plan = plan_for(args.m, args.n, args.k, sm_count(dev), cluster_preference(), consumers_preference());
+  const Plan plan = plan_for(args.m, args.n, args.k, sm_count(dev), tuning());
   if (plan.splits > 1 && !args.workspace) throw std::runtime_error("fp8gemm-cuda-sm90a: split-K plan needs the workspace");
   Params p{};
   p.out = reinterpret_cast<void*>(args.out);
@@ -149,15 +170,10 @@ void launch(const fp8gemm::LaunchArgs& args) {
   p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
   static const int group_m = std::max(1, env_int("FP8GEMM_SM90A_GROUP_M", kGroupM));
   p.group_m = group_m;
+  static const int stagger_ns = std::max(0, env_int("FP8GEMM_SM90A_STAGGER_NS", 0));
+  p.stagger_ns = stagger_ns;
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
-  if (plan.consumers == 1)
-    launch_tiles<1, 8, 1>(args, p, plan.grid, stream, dev);
-  else if (plan.consumers == 3)
-    launch_tiles<3, 4, 1>(args, p, plan.grid, stream, dev);
-  else if (plan.cluster == 1)
-    launch_tiles<2, 5, 1>(args, p, plan.grid, stream, dev);
-  else
-    launch_tiles<2, 5, 2>(args, p, plan.grid, stream, dev);
+  launch_plan(plan, args, p, stream, dev);
   check(cudaGetLastError(), "GEMM kernel launch");
   if (plan.splits > 1) {
     const int64_t quads = args.m * args.n / 4;
