@@ -11,7 +11,7 @@
 // warpgroups of 64 rows each multiply a stage with four wgmma m64nNk32 (N = BLOCK_N) into a fresh
 // fp32 accumulator, release the stage, and promote the accumulator into the running total with both
 // scales (the tensor core's FP8 accumulation is not full fp32, so it is never run for more than 128
-// of K). BLOCK_N is 16..128 (one B scale per tile and K block) or 160/192 (a tile straddles two
+// of K). BLOCK_N is 16..128 (one B scale per tile and K block) or 192 (a tile straddles two
 // 128-wide scale blocks: the first kFormer 8-column groups take the first one).
 #pragma once
 
@@ -35,7 +35,6 @@ struct Params {
   int out_fp32;
   int kb_per_split, splits, m_blocks, n_blocks;
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks (L2 reuse)
-  int stagger_ns;  // experiment: consumer warpgroup w starts w * stagger_ns later
 };
 
 // Pipeline depth: as many stages as shared memory holds next to the epilogue buffer, at most 12.
@@ -51,8 +50,7 @@ struct Cfg {
   static constexpr int kStages = stages_for(kConsumers, kBlockN);
   static_assert(kStages >= 3, "at least three pipeline stages");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
-  static_assert(kBlockN == 160 || kBlockN == 192 || (kBlockN >= 16 && 128 % kBlockN == 0),
-                "BLOCK_N: 16, 32, 64, 128, 160 or 192");
+  static_assert(kBlockN == 192 || (kBlockN >= 16 && 128 % kBlockN == 0), "BLOCK_N: 16, 32, 64, 128 or 192");
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kAcc = kBlockN / 2;           // fp32 accumulators per thread (m64nNk32)
   static constexpr int kGroups = kBlockN / 8;        // 8-column groups: accumulators 4g .. 4g + 3
@@ -257,7 +255,6 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kConsumerRegs));
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
-  if (p.stagger_ns && warpgroup > 0) __nanosleep(p.stagger_ns * warpgroup);
   Ring<kStages> ring;
   for (int t = first_tile; t < num_tiles; t += tile_stride) {
     const Tile tile = tile_at<kCluster>(p, t, rank);
@@ -320,14 +317,9 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
     };
     if constexpr (C::kUniformScaleB) {
       mainloop(std::integral_constant<int, C::kGroups>{});
-    } else {  // 192-wide tiles start at column 0 or 64 of a 128-block, 160-wide ones at 0, 32, 64 or 96
-      const int offset = n_first % kBlockK;
-      if (offset == 0) mainloop(std::integral_constant<int, 16>{});
-      else if (offset == 64) mainloop(std::integral_constant<int, 8>{});
-      else if constexpr (kBlockN % 64 != 0) {
-        if (offset == 32) mainloop(std::integral_constant<int, 12>{});
-        else mainloop(std::integral_constant<int, 4>{});
-      }
+    } else {  // 192-wide tiles start at column 0 or 64 of a 128-block
+      if (n_first % kBlockK == 0) mainloop(std::integral_constant<int, 16>{});
+      else mainloop(std::integral_constant<int, 8>{});
     }
 
     // Epilogue: register 4g + j holds column 8g + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).

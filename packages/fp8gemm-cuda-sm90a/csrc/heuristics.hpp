@@ -17,7 +17,7 @@ struct Tuning {
 
 struct Plan {
   int consumers;  // consumer warpgroups: BLOCK_M = 64 * consumers
-  int block_n;    // tile width: 16, 32, 64, 128, 160 or 192
+  int block_n;    // tile width: 16, 32, 64, 128 or 192
   int cluster;    // CTAs per cluster along M, sharing (multicasting) the B tile
   int m_blocks, n_blocks, splits, kb_per_split;
   int grid;  // persistent CTAs
@@ -28,33 +28,66 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The tile shapes launch.cu instantiates.
 inline bool tile_supported(int consumers, int block_n, int cluster) {
-  if (cluster == 2) return consumers == 2 && block_n >= 128;
+  if (cluster == 2) return consumers == 2 && (block_n == 128 || block_n == 192);
   if (cluster != 1) return false;
   switch (consumers) {
     case 1: return block_n == 16 || block_n == 32 || block_n == 64 || block_n == 128;
-    case 2: return block_n == 64 || block_n == 128 || block_n == 160 || block_n == 192;
+    case 2: return block_n == 64 || block_n == 128 || block_n == 192;
     case 3: return block_n == 128;
     default: return false;
   }
 }
 
-// The policy, each choice measured on an H200 (bench/NOTES.md, 2026-11-22):
-// - Tile height (consumer warpgroups): 64 rows for M <= 64 (decode); 192 rows (3 consumers) from
-//   M = 2048; 128 rows between, where 192 would mostly compute padding.
-// - Split-K: when the tiles cannot fill the SMs, K is split (fp32 partials + a reduction) until
-//   about one wave of CTAs runs, keeping >= 2 K blocks per split.
-// - Clusters: 2-CTA multicast measured no faster than 1, so 1 is the default.
-// - The grid is persistent: at most one CTA per SM.
-inline void choose_tile(int64_t m, int64_t n, Plan& p) {
-  (void)n;
-  p.consumers = m <= 64 ? 1 : (m >= 2048 ? 3 : 2);
-  p.block_n = 128;
+// Split-K: when the tiles cannot fill the SMs, K is split (fp32 partials + a reduction launch)
+// until about one wave of CTAs runs, keeping >= 2 K blocks per split.
+inline int splits_for(int64_t tiles, int kb_total, int sm_count) {
+  if (tiles >= sm_count || tiles == 0) return 1;
+  return static_cast<int>(std::clamp<int64_t>(sm_count / tiles, 1, std::max(1, kb_total / 2)));
+}
+
+// Candidate tiles with the steady-state rate each sustained on an H200 over the benchmark shapes
+// (TFLOP/s, bench/NOTES.md 2026-11-22): wider tiles reuse each loaded byte more, so they run faster
+// per tile but leave more of the last wave idle or force more K splits on small problems.
+struct TileRate {
+  int consumers, block_n;
+  double tflops;
+};
+constexpr TileRate kTileRates[] = {
+    {1, 16, 250}, {1, 32, 400}, {1, 64, 600}, {1, 128, 700},      // 64-row tiles (one consumer)
+    {2, 64, 750}, {2, 128, 850}, {2, 192, 980}, {3, 128, 950},  // 128- and 192-row tiles
+};
+
+// Modelled run time (us) of one tile choice: whole waves of (tile x K split) work items at the
+// tile's rate, a fixed launch/fill cost, and for split-K the reduction pass and its launch.
+inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, int sm_count) {
+  const int64_t tiles = ceil_div(m, 64 * t.consumers) * ceil_div(n, t.block_n);
+  const int kb_total = static_cast<int>(k / kBlockK);
+  const int kb_per_split = static_cast<int>(ceil_div(kb_total, splits_for(tiles, kb_total, sm_count)));
+  const int64_t splits = ceil_div(kb_total, kb_per_split);
+  const double waves = static_cast<double>(ceil_div(tiles * splits, sm_count));
+  const double flops_per_item = 2.0 * 64 * t.consumers * t.block_n * kBlockK * kb_per_split;
+  double us = 2.0 + waves * flops_per_item / (t.tflops * 1e6 / sm_count);
+  if (splits > 1) us += 3.0 + double(splits) * m * n * 4 / 3e6;  // partials read at ~3 TB/s
+  return us;
+}
+
+// The policy: the candidate with the smallest modelled time; 64-row tiles only for M <= 64
+// (decode), where the taller ones would compute padding. Clusters (2-CTA B multicast) measured no
+// faster, so 1. On the 21 benchmark shapes the chosen tile was within 2% of the fastest measured
+// one on 20 (13% off on 128x2112x7168, where the 64-row tiles differ by noise-sized margins).
+inline void choose_tile(int64_t m, int64_t n, int64_t k, int sm_count, Plan& p) {
+  double best = 0;
+  for (const TileRate& t : kTileRates) {
+    if (m <= 64 && t.consumers > 1) continue;
+    const double us = modelled_us(m, n, k, t, sm_count);
+    if (best == 0 || us < best) best = us, p.consumers = t.consumers, p.block_n = t.block_n;
+  }
   p.cluster = 1;
 }
 
 inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning& tuning = {}) {
   Plan p{};
-  choose_tile(m, n, p);
+  choose_tile(m, n, k, sm_count, p);
   if (tuning.consumers) p.consumers = tuning.consumers;
   if (tuning.block_n) p.block_n = tuning.block_n;
   if (tuning.cluster) p.cluster = tuning.cluster;
@@ -63,8 +96,7 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   if (p.m_blocks < 2) p.cluster = 1;  // nothing to pair
   const int kb_total = static_cast<int>(k / kBlockK);
   const int64_t tiles = int64_t(p.m_blocks) * p.n_blocks;
-  int splits = 1;
-  if (tiles < sm_count) splits = static_cast<int>(std::clamp<int64_t>(sm_count / tiles, 1, std::max(1, kb_total / 2)));
+  int splits = splits_for(tiles, kb_total, sm_count);
   if (tuning.splits) splits = std::clamp(tuning.splits, 1, kb_total);
   p.kb_per_split = static_cast<int>(ceil_div(kb_total, splits));
   p.splits = static_cast<int>(ceil_div(kb_total, p.kb_per_split));  // no empty split

@@ -118,8 +118,6 @@ void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params
     case 20641: return launch_tiles<2, 64, 1>(args, p, plan.grid, stream, dev);
     case 21281: return launch_tiles<2, 128, 1>(args, p, plan.grid, stream, dev);
     case 21282: return launch_tiles<2, 128, 2>(args, p, plan.grid, stream, dev);
-    case 21601: return launch_tiles<2, 160, 1>(args, p, plan.grid, stream, dev);
-    case 21602: return launch_tiles<2, 160, 2>(args, p, plan.grid, stream, dev);
     case 21921: return launch_tiles<2, 192, 1>(args, p, plan.grid, stream, dev);
     case 21922: return launch_tiles<2, 192, 2>(args, p, plan.grid, stream, dev);
     case 31281: return launch_tiles<3, 128, 1>(args, p, plan.grid, stream, dev);
@@ -170,8 +168,6 @@ void launch(const fp8gemm::LaunchArgs& args) {
   p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
   static const int group_m = std::max(1, env_int("FP8GEMM_SM90A_GROUP_M", kGroupM));
   p.group_m = group_m;
-  static const int stagger_ns = std::max(0, env_int("FP8GEMM_SM90A_STAGGER_NS", 0));
-  p.stagger_ns = stagger_ns;
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
   launch_plan(plan, args, p, stream, dev);
   check(cudaGetLastError(), "GEMM kernel launch");

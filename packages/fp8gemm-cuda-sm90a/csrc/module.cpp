@@ -14,7 +14,8 @@ pybind11::dict build_info() {
   info["cuda_runtime"] = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
   info["arch_flags"] = FP8GEMM_ARCH_FLAGS;
   info["targets"] = FP8GEMM_TARGETS;
-  info["kernel"] = "wgmma m64n128k32 e4m3, TMA + mbarrier pipeline, warp-specialised, persistent, split-K for small M";
+  info["kernel"] = "wgmma m64nNk32 e4m3 (N 16..192), TMA + mbarrier pipeline, warp-specialised, persistent, "
+                   "tile chosen by a wave model, split-K for small M";
   return info;
 }
 
