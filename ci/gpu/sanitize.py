@@ -6,7 +6,16 @@ import torch
 from fp8gemm import conformance
 
 backend = sys.argv[1] if len(sys.argv) > 1 else None
-SHAPES = [(1, 16, 128), (37, 272, 640), (64, 2112, 1024), (130, 144, 384), (257, 400, 1152), (2100, 272, 384)]
+# The default plan picks 16-, 64- and 192-wide tiles here (700 x 4000: 2 x 192 with M and N tails).
+SHAPES = [
+    (1, 16, 128),
+    (37, 272, 640),
+    (64, 2112, 1024),
+    (130, 144, 384),
+    (257, 400, 1152),
+    (2100, 272, 384),
+    (700, 4000, 1024),
+]
 for i, (m, n, k) in enumerate(SHAPES):
     case = conformance.Case(m, n, k, torch.float32 if i % 2 else torch.bfloat16, i % 2 == 0, i % 3 == 0)
     r = conformance.run_case(case, "cuda", torch.float8_e4m3fn, backend)
