@@ -35,7 +35,6 @@ struct Params {
   int out_fp32;
   int kb_per_split, splits, m_blocks, n_blocks;
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks (L2 reuse)
-  int pingpong;  // 2 consumers: issue wgmma batches strictly alternately (experiment)
 };
 
 // Pipeline depth: as many stages as shared memory holds next to the epilogue buffer, at most 12.
@@ -95,13 +94,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "@!done bra wait;\n}\n" ::"r"(smem_u32(bar)),
       "r"(parity)
       : "memory");
-}
-
-__device__ __forceinline__ void named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ float lds_f32(const float* p) {  // a plain C++ read would be a generic LD
@@ -263,8 +255,6 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kConsumerRegs));
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
-  const bool pingpong = kConsumers == 2 && p.pingpong;
-  bool first_issue = warpgroup == 0;  // consumer 0 issues first, then the two take turns
   Ring<kStages> ring;
   for (int t = first_tile; t < num_tiles; t += tile_stride) {
     const Tile tile = tile_at<kCluster>(p, t, rank);
@@ -295,8 +285,6 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
           if constexpr (kFormer < C::kGroups) sb1_next = __ldg(sb_row1 + kb + 1);
         }
         mbar_wait(&full[s], ring.phase);
-        if (pingpong && !first_issue) named_sync(3 + warpgroup, 256);  // the other warpgroup has issued
-        first_issue = false;
         const uint8_t* a_tile = tiles_a + s * C::kABytes + warpgroup * 64 * kBlockK;
         const uint8_t* b_tile = tiles_b + s * C::kBBytes;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -304,7 +292,6 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
         for (int ks = 0; ks < kBlockK / 32; ++ks)  // K advances 32 bytes inside the 128-byte swizzle atom
           wgmma_e4m3(acc, sw128_desc(a_tile + ks * 32), sw128_desc(b_tile + ks * 32), ks > 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        if (pingpong) named_arrive(3 + (warpgroup ^ 1), 256);  // its turn
         const float sa_lo = lds_f32(scales + s * C::kBlockM + row_in_tile);
         const float sa_hi = lds_f32(scales + s * C::kBlockM + row_in_tile + 8);
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -395,8 +382,6 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
       }
     }
   }
-  // Ping-pong: consumer 0 skipped its first wait, so one arrival of consumer 1 is still pending.
-  if (pingpong && warpgroup == 0 && !first_issue) named_sync(3, 256);
   // Shared memory must outlive the last TMA store's reads.
   if (C::kTmaStore && threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   if constexpr (kCluster > 1) cluster_sync();

@@ -168,8 +168,6 @@ void launch(const fp8gemm::LaunchArgs& args) {
   p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
   static const int group_m = std::max(1, env_int("FP8GEMM_SM90A_GROUP_M", kGroupM));
   p.group_m = group_m;
-  static const int pingpong = env_int("FP8GEMM_SM90A_PINGPONG", 0);
-  p.pingpong = pingpong;
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
   launch_plan(plan, args, p, stream, dev);
   check(cudaGetLastError(), "GEMM kernel launch");
