@@ -2,10 +2,10 @@
 //
 // out[m, n] = sum_kb a_scale[m, kb] * b_scale[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k]
 //
-// A persistent grid walks (m block, n block, K split) tiles. With kCluster = 2, the two CTAs of a
-// cluster share one operand tile, each loading half of it by TMA multicast into both: 128- and
-// 192-row tiles pair along M and share B; 64-row (decode) tiles pair along N and share A, which
-// every CTA would otherwise re-read from L2 for a few columns of B each. Per CTA, one producer warpgroup (one
+// A persistent grid walks (m block, n block, K split) tiles. With kCluster = 2, two CTAs of a
+// cluster take adjacent m blocks of one n block and each loads half of the shared B tile, multicast
+// into both: L2 -> SM traffic per tile drops from 32 to 24 KB per K block, which is what limits a
+// 128 x 128 FP8 tile on Hopper. Per CTA, one producer warpgroup (one
 // thread issues TMA) fills a ring of kStages shared-memory stages, each holding one 128-wide K
 // block of A (BLOCK_M x 128), B (BLOCK_N x 128) and A's scales (BLOCK_M floats); kConsumers
 // warpgroups of 64 rows each multiply a stage with four wgmma m64nNk32 (N = BLOCK_N) into a fresh
@@ -49,8 +49,7 @@ template <int kConsumers, int kBlockN, int kCluster>
 struct Cfg {
   static constexpr int kStages = stages_for(kConsumers, kBlockN);
   static_assert(kStages >= 3, "at least three pipeline stages");
-  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
-  static constexpr bool kShareA = kCluster > 1 && kConsumers == 1;  // pair along N (else along M, sharing B)
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
   static_assert(kBlockN == 192 || (kBlockN >= 16 && 128 % kBlockN == 0), "BLOCK_N: 16, 32, 64, 128 or 192");
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kAcc = kBlockN / 2;           // fp32 accumulators per thread (m64nNk32)
@@ -151,31 +150,22 @@ struct Tile {
   int m_block, n_block, split;
 };
 
-// Cluster tiles (pairs of tiles for kCluster = 2) along M and N.
-template <int kCluster, bool kPairN>
-__device__ __forceinline__ int m_groups(const Params& p) { return kPairN ? p.m_blocks : (p.m_blocks + kCluster - 1) / kCluster; }
-template <int kCluster, bool kPairN>
-__device__ __forceinline__ int n_groups(const Params& p) { return kPairN ? (p.n_blocks + kCluster - 1) / kCluster : p.n_blocks; }
-
-template <int kCluster, bool kPairN>
+template <int kCluster>
 __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   // t counts cluster tiles. Within a split, tiles are walked in groups of group_m M blocks, M
   // fastest inside a group: the ~one wave of CTAs running together then touches group_m blocks of
   // A and a wave's worth of B blocks, which stay in L2 while every CTA streams through K.
-  const int mg = m_groups<kCluster, kPairN>(p), ng = n_groups<kCluster, kPairN>(p);
-  const int per_split = mg * ng;
+  const int m_groups = (p.m_blocks + kCluster - 1) / kCluster;
+  const int per_split = m_groups * p.n_blocks;
   Tile tile;
   tile.split = t / per_split;
   t %= per_split;
-  const int group_tiles = p.group_m * ng;
+  const int group_tiles = p.group_m * p.n_blocks;
   const int first_m = (t / group_tiles) * p.group_m;
-  const int group_rows = min(p.group_m, mg - first_m);
+  const int group_rows = min(p.group_m, m_groups - first_m);
   t %= group_tiles;
-  const int mi = first_m + t % group_rows, ni = t / group_rows;
-  // With an odd block count the second CTA of the last pair gets a block past the end: its loads
-  // are zero-filled, its stores masked, and it still loads its half of the shared tile.
-  tile.m_block = kPairN ? mi : mi * kCluster + rank;
-  tile.n_block = kPairN ? ni * kCluster + rank : ni;
+  tile.m_block = (first_m + t % group_rows) * kCluster + rank;  // may be m_blocks (odd count): OOB, masked
+  tile.n_block = t / group_rows;
   return tile;
 }
 
@@ -212,7 +202,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
 
   const int warpgroup = threadIdx.x / 128;
   const int kb_total = p.k / kBlockK;
-  const int num_tiles = m_groups<kCluster, C::kShareA>(p) * n_groups<kCluster, C::kShareA>(p) * p.splits;
+  const int num_tiles = (p.m_blocks + kCluster - 1) / kCluster * p.n_blocks * p.splits;  // cluster tiles
   const int first_tile = blockIdx.x / kCluster, tile_stride = gridDim.x / kCluster;
   const int rank = kCluster > 1 ? static_cast<int>(cluster_rank()) : 0;
 
@@ -238,26 +228,19 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
     if (threadIdx.x == kConsumers * 128) {
       Ring<kStages> ring;
       for (int t = first_tile; t < num_tiles; t += tile_stride) {
-        const Tile tile = tile_at<kCluster, C::kShareA>(p, t, rank);
+        const Tile tile = tile_at<kCluster>(p, t, rank);
         const int kb_begin = tile.split * p.kb_per_split;
         const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
         for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
           const int s = ring.stage;
           mbar_wait(&empty[s], ring.phase ^ 1);  // a fresh barrier passes the first round
           mbar_expect_tx(&full[s], C::kTxBytes);
-          constexpr uint16_t kBoth = (1 << kCluster) - 1;
-          if constexpr (C::kShareA) {  // this CTA's half of A, into both CTAs
-            constexpr int kRows = C::kBlockM / kCluster;
-            tma_load_2d_multicast(tiles_a + s * C::kABytes + rank * kRows * kBlockK, &map_a, &full[s], kb * kBlockK,
-                                  tile.m_block * C::kBlockM + rank * kRows, kBoth);
-          } else {
-            tma_load_2d(tiles_a + s * C::kABytes, &map_a, &full[s], kb * kBlockK, tile.m_block * C::kBlockM);
-          }
+          tma_load_2d(tiles_a + s * C::kABytes, &map_a, &full[s], kb * kBlockK, tile.m_block * C::kBlockM);
           tma_load_2d(scales + s * C::kBlockM, &map_scale, &full[s], tile.m_block * C::kBlockM, kb);
-          if constexpr (kCluster > 1 && !C::kShareA) {  // this CTA's half of B, into both CTAs
+          if constexpr (kCluster > 1) {  // this CTA's half of B, into both CTAs
             constexpr int kRows = kBlockN / kCluster;
             tma_load_2d_multicast(tiles_b + s * C::kBBytes + rank * kRows * kBlockK, &map_b, &full[s], kb * kBlockK,
-                                  tile.n_block * kBlockN + rank * kRows, kBoth);
+                                  tile.n_block * kBlockN + rank * kRows, (1 << kCluster) - 1);
           } else {
             tma_load_2d(tiles_b + s * C::kBBytes, &map_b, &full[s], kb * kBlockK, tile.n_block * kBlockN);
           }
@@ -274,15 +257,14 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
   const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
   Ring<kStages> ring;
   for (int t = first_tile; t < num_tiles; t += tile_stride) {
-    const Tile tile = tile_at<kCluster, C::kShareA>(p, t, rank);
+    const Tile tile = tile_at<kCluster>(p, t, rank);
     const int kb_begin = tile.split * p.kb_per_split;
     const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
     const int n_first = tile.n_block * kBlockN;
     // B scales: row of the 128-block holding the tile's first column, and of the next one (a
     // 192-wide tile straddles two; past N it repeats the first row, whose columns are masked).
-    const int sb_block = min(n_first, p.n - 1) / kBlockK;  // a tile past N (odd pair) reads the last row
-    const float* sb_row0 = p.b_scale + sb_block * p.sb_ld;
-    const float* sb_row1 = (sb_block + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
+    const float* sb_row0 = p.b_scale + (n_first / kBlockK) * p.sb_ld;
+    const float* sb_row1 = (n_first / kBlockK + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
     float total[C::kAcc], acc[C::kAcc];
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) total[i] = 0.0f;

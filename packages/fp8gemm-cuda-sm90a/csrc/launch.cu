@@ -75,11 +75,8 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaS
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
   });
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  // A cluster pair loads half of its shared operand tile each.
-  const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK,
-                                     C::kShareA ? C::kBlockM / kCluster : C::kBlockM, CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK,
-                                     C::kShareA ? kBlockN : kBlockN / kCluster,
+  const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, C::kBlockM, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kBlockN / kCluster,
                                      CU_TENSOR_MAP_SWIZZLE_128B);
   // A scales, MN-major: row kb holds the scales of every M row for that K block.
   const CUtensorMap map_s = make_map(reinterpret_cast<void*>(a.a_scale), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.m,
@@ -118,10 +115,6 @@ void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params
     case 10321: return launch_tiles<1, 32, 1>(args, p, plan.grid, stream, dev);
     case 10641: return launch_tiles<1, 64, 1>(args, p, plan.grid, stream, dev);
     case 11281: return launch_tiles<1, 128, 1>(args, p, plan.grid, stream, dev);
-    case 10162: return launch_tiles<1, 16, 2>(args, p, plan.grid, stream, dev);
-    case 10322: return launch_tiles<1, 32, 2>(args, p, plan.grid, stream, dev);
-    case 10642: return launch_tiles<1, 64, 2>(args, p, plan.grid, stream, dev);
-    case 11282: return launch_tiles<1, 128, 2>(args, p, plan.grid, stream, dev);
     case 20641: return launch_tiles<2, 64, 1>(args, p, plan.grid, stream, dev);
     case 21281: return launch_tiles<2, 128, 1>(args, p, plan.grid, stream, dev);
     case 21282: return launch_tiles<2, 128, 2>(args, p, plan.grid, stream, dev);
