@@ -96,9 +96,9 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-__device__ __forceinline__ float lds_f32(const float* p) {  // a plain C++ read would be a generic LD
+__device__ __forceinline__ float lds_f32(uint32_t smem_addr) {  // a plain C++ read would be a generic LD
   float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_u32(p)) : "memory");
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr) : "memory");
   return v;
 }
 
@@ -141,9 +141,11 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
 }
 
 // Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t sw128_desc(const void* tile) {
-  const uint64_t addr = smem_u32(tile);
-  return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+// The low word (start address / 16, leading-byte offset 1) varies per stage and K step and is
+// formed by adding to a base; the high word (stride 1024 bytes, swizzle mode) is a constant.
+__device__ __forceinline__ uint32_t sw128_desc_lo(uint32_t smem_addr) { return (smem_addr >> 4) | (1u << 16); }
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t lo) {
+  return uint64_t(lo) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
 struct Tile {
@@ -255,6 +257,11 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kConsumerRegs));
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
+  // Shared-memory addresses formed once, warp-uniform (shuffled from lane 0) so the descriptors live
+  // in uniform registers: the issue path per K block is then a few adds, not address conversions.
+  const uint32_t a_desc_base = __shfl_sync(~0u, sw128_desc_lo(smem_u32(tiles_a + warpgroup * 64 * kBlockK)), 0);
+  const uint32_t b_desc_base = __shfl_sync(~0u, sw128_desc_lo(smem_u32(tiles_b)), 0);
+  const uint32_t scale_addr = smem_u32(scales + row_in_tile);  // + 32 bytes: row_in_tile + 8
   Ring<kStages> ring;
   for (int t = first_tile; t < num_tiles; t += tile_stride) {
     const Tile tile = tile_at<kCluster>(p, t, rank);
@@ -285,15 +292,14 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
           if constexpr (kFormer < C::kGroups) sb1_next = __ldg(sb_row1 + kb + 1);
         }
         mbar_wait(&full[s], ring.phase);
-        const uint8_t* a_tile = tiles_a + s * C::kABytes + warpgroup * 64 * kBlockK;
-        const uint8_t* b_tile = tiles_b + s * C::kBBytes;
+        const uint32_t a_lo = a_desc_base + s * (C::kABytes >> 4), b_lo = b_desc_base + s * (C::kBBytes >> 4);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int ks = 0; ks < kBlockK / 32; ++ks)  // K advances 32 bytes inside the 128-byte swizzle atom
-          wgmma_e4m3(acc, sw128_desc(a_tile + ks * 32), sw128_desc(b_tile + ks * 32), ks > 0);
+          wgmma_e4m3(acc, sw128_desc(a_lo + ks * 2), sw128_desc(b_lo + ks * 2), ks > 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        const float sa_lo = lds_f32(scales + s * C::kBlockM + row_in_tile);
-        const float sa_hi = lds_f32(scales + s * C::kBlockM + row_in_tile + 8);
+        const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4);
+        const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + 32);
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         if (lane == 0) {  // stage free (its scales are in registers already), here and in the peer
           if constexpr (kCluster > 1) {
