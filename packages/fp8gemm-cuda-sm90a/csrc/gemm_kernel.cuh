@@ -96,6 +96,16 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
 __device__ __forceinline__ float lds_f32(uint32_t smem_addr) {  // a plain C++ read would be a generic LD
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr) : "memory");
@@ -338,17 +348,17 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
         const bool issuer = threadIdx.x % 128 == 0;
         if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // buffer free again
         asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
-        const int r0 = warp * 16 + lane / 4;
+        // stmatrix x4 writes four 8 x 8 bf16 matrices whose fragments are the accumulator layout:
+        // (group g, rows 0-7), (g, rows 8-15), (g + 1, rows 0-7), (g + 1, rows 8-15); lane l
+        // gives the address of row l % 8 of matrix l / 8.
+        const int q = lane / 8, r = warp * 16 + (q % 2) * 8 + lane % 8;
+        const uint32_t row_addr = smem_u32(buf) + r * 64, swz = (r >> 1) & 3;
 #pragma unroll
-        for (int g = 0; g < C::kGroups; ++g) {
-          uint8_t* box = buf + (g / 4) * 64 * 64;  // columns 32 (g / 4) .. + 31
-          const int chunk = g % 4;                 // 16-byte chunk of the 64-byte row
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = r0 + 8 * h;
-            const __nv_bfloat162 v = __floats2bfloat162_rn(total[4 * g + 2 * h], total[4 * g + 2 * h + 1]);
-            *reinterpret_cast<__nv_bfloat162*>(box + r * 64 + ((chunk ^ ((r >> 1) & 3)) << 4) + (lane % 4) * 4) = v;
-          }
+        for (int g = 0; g < C::kGroups; g += 2) {
+          const int group = g + q / 2;  // the 8-column group this lane addresses
+          const uint32_t addr = row_addr + (group / 4) * 64 * 64 + (((group % 4) ^ swz) << 4);  // box, 16-B chunk
+          stmatrix_x4(addr, pack_bf16(total[4 * g], total[4 * g + 1]), pack_bf16(total[4 * g + 2], total[4 * g + 3]),
+                      pack_bf16(total[4 * g + 4], total[4 * g + 5]), pack_bf16(total[4 * g + 6], total[4 * g + 7]));
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the TMA engine
         asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
