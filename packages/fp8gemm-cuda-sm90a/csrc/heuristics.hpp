@@ -73,8 +73,8 @@ inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, in
 
 // The policy: the candidate with the smallest modelled time; 64-row tiles only for M <= 64
 // (decode), where the taller ones would compute padding. Clusters (2-CTA B multicast) measured no
-// faster, so 1. On the 21 benchmark shapes the chosen tile was within 2% of the fastest measured
-// one on 20 (13% off on 128x2112x7168, where the 64-row tiles differ by noise-sized margins).
+// faster, so 1. On the 21 benchmark shapes (sweeps of 2026-11-22, bench/results) the chosen tile
+// was within 4% of the fastest measured one on 20, and 8% off on 128x7168x16384.
 inline void choose_tile(int64_t m, int64_t n, int64_t k, int sm_count, Plan& p) {
   double best = 0;
   for (const TileRate& t : kTileRates) {
