@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import runpy
 import sys
 from pathlib import Path
 
@@ -64,3 +65,9 @@ def test_ci_runs_exactly_the_readme_test_command():
     lines = (ROOT / ".ci/run").read_text().splitlines()
     ci = [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
     assert ci == ["exec " + commands[0]]
+
+
+def test_generated_wgmma_header_is_current():
+    """csrc/wgmma.cuh is generated (one overload per tile width): it must match its generator."""
+    gen = runpy.run_path(str(ROOT / "packages" / "fp8gemm-cuda-sm90a" / "tools" / "gen_wgmma.py"))
+    assert gen["HEADER"].read_text() == gen["render"](), "run python packages/fp8gemm-cuda-sm90a/tools/gen_wgmma.py"

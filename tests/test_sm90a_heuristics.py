@@ -1,0 +1,73 @@
+"""fp8gemm-cuda-sm90a's plan (csrc/heuristics.hpp) without a GPU: the header is plain C++, so a
+small driver built with the host compiler prints the plan for shapes that hypothesis draws, and
+every plan must be one the kernels can run: a compiled tile, K splits that cover K exactly, at
+most one CTA per SM, a workspace that holds the partials."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from isa import ROOT, require_tool
+
+DRIVER = r"""
+#include <cstdio>
+#include "heuristics.hpp"
+int main() {
+  long long m, n, k; int sms;
+  while (std::scanf("%lld %lld %lld %d", &m, &n, &k, &sms) == 4) {
+    const auto p = fp8gemm_sm90a::plan_for(m, n, k, sms);
+    std::printf("%d %d %d %d %d %d %d %d %lld %d\n", p.consumers, p.block_n, p.cluster, p.m_blocks, p.n_blocks,
+                p.splits, p.kb_per_split, p.grid, (long long)p.workspace_bytes,
+                (int)fp8gemm_sm90a::tile_supported(p.consumers, p.block_n, p.cluster));
+  }
+}
+"""
+FIELDS = "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported".split()
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    cxx = require_tool("g++")
+    tmp = tmp_path_factory.mktemp("sm90a_plan")
+    (tmp / "plan.cpp").write_text(DRIVER)
+    csrc = ROOT / "packages" / "fp8gemm-cuda-sm90a" / "csrc"
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{csrc}", str(tmp / "plan.cpp"), "-o", str(tmp / "plan")], check=True)
+
+    def run(shapes):
+        text = "".join(f"{m} {n} {k} {sms}\n" for m, n, k, sms in shapes)
+        out = subprocess.run([str(tmp / "plan")], input=text, capture_output=True, text=True, check=True).stdout
+        return [dict(zip(FIELDS, map(int, line.split()), strict=True)) for line in out.splitlines()]
+
+    return run
+
+
+def check_plan(p, m, n, k, sms):
+    kb = k // 128
+    assert p["supported"], p
+    assert p["m_blocks"] == math.ceil(m / (64 * p["consumers"])) and p["n_blocks"] == math.ceil(n / p["block_n"])
+    assert p["kb_per_split"] * (p["splits"] - 1) < kb <= p["kb_per_split"] * p["splits"]  # no empty split
+    assert 0 <= p["grid"] <= sms
+    assert p["workspace"] == (p["splits"] * m * n * 4 if p["splits"] > 1 else 0)
+    if m <= 64:
+        assert p["consumers"] == 1  # no padding rows for decode
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 20000), st.integers(1, 3000).map(lambda x: 16 * x), st.integers(1, 200).map(lambda x: 128 * x),
+    st.sampled_from([132, 114, 78]),  # H100/H200 SXM, H100 PCIe, a partitioned GPU
+)  # fmt: skip
+def test_every_plan_is_runnable(plan, m, n, k, sms):
+    check_plan(plan([(m, n, k, sms)])[0], m, n, k, sms)
+
+
+def test_plan_choices_on_the_benchmark_shapes(plan):
+    """The choices bench/NOTES.md measured: 192-wide tiles at M = 4096, 64-row tiles for decode."""
+    shapes = [(4096, 7168, 16384), (8192, 8192, 8192), (64, 7168, 16384), (64, 32768, 512), (0, 256, 512)]
+    got = plan([(*s, 132) for s in shapes])
+    assert [(p["consumers"], p["block_n"]) for p in got[:4]] == [(2, 192), (2, 192), (1, 64), (1, 128)]
+    assert got[4]["grid"] == 0  # M = 0: nothing to launch, and no division by zero
