@@ -55,6 +55,9 @@ struct Cfg {
   static constexpr int kAcc = kBlockN / 2;           // fp32 accumulators per thread (m64nNk32)
   static constexpr int kGroups = kBlockN / 8;        // 8-column groups: accumulators 4g .. 4g + 3
   static constexpr bool kUniformScaleB = kBlockN <= kBlockK;
+  // Two accumulator sets (see mainloop_overlapped) fit the registers up to 128 columns and 2
+  // consumers; clusters keep the single-set loop (their stage release signals the peer too).
+  static constexpr bool kOverlap = kBlockN <= kBlockK && kConsumers <= 2 && kCluster == 1;
   static constexpr bool kTmaStore = kBlockN % 32 == 0;  // bf16 epilogue through 32-column TMA boxes
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg):
@@ -331,7 +334,65 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
         }
       }
     };
-    if constexpr (C::kUniformScaleB) {
+    // Up to 128 columns, two accumulator sets fit: K block i + 1 is issued into one while block i's
+    // promotion reads the other, so a warpgroup's FFMAs overlap its own tensor-core work.
+    auto issue = [&](float (&into)[C::kAcc], int s) {
+      const uint32_t a_lo = a_desc_base + s * (C::kABytes >> 4), b_lo = b_desc_base + s * (C::kBBytes >> 4);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < kBlockK / 32; ++ks)
+        wgmma_e4m3(into, sw128_desc(a_lo + ks * 2), sw128_desc(b_lo + ks * 2), ks > 0);
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
+    // Promote the block in `from` (stage s, B scale sb) once at most `kInFlight` newer groups remain.
+    auto finish = [&](auto in_flight, float (&from)[C::kAcc], int s, float sb) {
+      const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4);
+      const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + 32);
+      asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(decltype(in_flight)::value) : "memory");
+      if (lane == 0) mbar_arrive(&empty[s]);
+      const float lo = sa_lo * sb, hi = sa_hi * sb;
+#pragma unroll
+      for (int g = 0; g < C::kGroups; ++g) {
+        total[4 * g] += from[4 * g] * lo;
+        total[4 * g + 1] += from[4 * g + 1] * lo;
+        total[4 * g + 2] += from[4 * g + 2] * hi;
+        total[4 * g + 3] += from[4 * g + 3] * hi;
+      }
+    };
+    auto mainloop_overlapped = [&]() {
+      float acc2[C::kAcc];
+      const std::integral_constant<int, 1> one_newer;
+      const std::integral_constant<int, 0> none_newer;
+      const int n = kb_end - kb_begin;
+      // Block j goes into acc (j even) or acc2 (j odd); named statically by unrolling pairs.
+      auto next = [&](float (&into)[C::kAcc], int j, int& s, float& sb) {
+        s = ring.stage;
+        sb = __ldg(sb_row0 + kb_begin + j);
+        mbar_wait(&full[s], ring.phase);
+        issue(into, s);
+        ring.advance();
+      };
+      int s_prev, s_cur;
+      float sb_prev, sb_cur;
+      next(acc, 0, s_prev, sb_prev);
+      int j = 1;
+      for (; j + 1 < n; j += 2) {
+        next(acc2, j, s_cur, sb_cur);
+        finish(one_newer, acc, s_prev, sb_prev);
+        next(acc, j + 1, s_prev, sb_prev);
+        finish(one_newer, acc2, s_cur, sb_cur);
+      }
+      if (j < n) {  // an even block count leaves the last block for acc2
+        next(acc2, j, s_cur, sb_cur);
+        finish(one_newer, acc, s_prev, sb_prev);
+        finish(none_newer, acc2, s_cur, sb_cur);
+      } else {
+        finish(none_newer, acc, s_prev, sb_prev);
+      }
+    };
+    if constexpr (C::kOverlap) {
+      mainloop_overlapped();
+    } else if constexpr (C::kUniformScaleB) {
       mainloop(std::integral_constant<int, C::kGroups>{});
     } else {  // 192-wide tiles start at column 0 or 64 of a 128-block
       if (n_first % kBlockK == 0) mainloop(std::integral_constant<int, 16>{});
