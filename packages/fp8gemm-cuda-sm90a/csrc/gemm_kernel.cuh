@@ -2,17 +2,17 @@
 //
 // out[m, n] = sum_kb a_scale[m, kb] * b_scale[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k]
 //
-// A persistent grid walks (m block, n block, K split) tiles. With kCluster = 2, two CTAs of a
-// cluster take adjacent m blocks of one n block and each loads half of the shared B tile, multicast
-// into both: L2 -> SM traffic per tile drops from 32 to 24 KB per K block, which is what limits a
-// 128 x 128 FP8 tile on Hopper. Per CTA, one producer warpgroup (one
+// A persistent grid walks (m block, n block, K split) tiles. With kCluster = 2 (an experiment: it
+// measured no faster), two CTAs of a cluster take adjacent m blocks of one n block and each loads
+// half of the shared B tile, multicast into both. Per CTA, one producer warpgroup (one
 // thread issues TMA) fills a ring of kStages shared-memory stages, each holding one 128-wide K
 // block of A (BLOCK_M x 128), B (BLOCK_N x 128) and A's scales (BLOCK_M floats); kConsumers
 // warpgroups of 64 rows each multiply a stage with four wgmma m64nNk32 (N = BLOCK_N) into a fresh
 // fp32 accumulator, release the stage, and promote the accumulator into the running total with both
 // scales (the tensor core's FP8 accumulation is not full fp32, so it is never run for more than 128
-// of K). BLOCK_N is 16..128 (one B scale per tile and K block) or 192 (a tile straddles two
-// 128-wide scale blocks: the first kFormer 8-column groups take the first one).
+// of K). BLOCK_N is 16..128 (one B scale per tile and K block; two accumulator sets, so the next
+// K block is issued before this one is promoted) or 192 (a tile straddles two 128-wide scale
+// blocks: the first kFormer 8-column groups take the first one; one accumulator set fits).
 #pragma once
 
 #include <cuda.h>
