@@ -66,8 +66,15 @@ def test_every_plan_is_runnable(plan, m, n, k, sms):
 
 
 def test_plan_choices_on_the_benchmark_shapes(plan):
-    """The choices bench/NOTES.md measured: 192-wide tiles at M = 4096, 64-row tiles for decode."""
-    shapes = [(4096, 7168, 16384), (8192, 8192, 8192), (64, 7168, 16384), (64, 32768, 512), (0, 256, 512)]
-    got = plan([(*s, 132) for s in shapes])
-    assert [(p["consumers"], p["block_n"]) for p in got[:4]] == [(2, 192), (2, 192), (1, 64), (1, 128)]
-    assert got[4]["grid"] == 0  # M = 0: nothing to launch, and no division by zero
+    """The fastest tiles of the refit sweep (bench/NOTES.md): 128 x 128 where it fills the waves, 128 x 192
+    where that fits better, 64-row tiles for decode (full K on 132 16-wide tiles for N = 2112)."""
+    shapes = [(4096, 7168, 16384), (8192, 8192, 8192), (64, 7168, 16384), (64, 32768, 512), (64, 2112, 7168)]
+    got = plan([(*s, 132) for s in [*shapes, (0, 256, 512)]])
+    assert [(p["consumers"], p["block_n"], p["splits"]) for p in got[:5]] == [
+        (2, 128, 1),
+        (2, 192, 1),
+        (1, 64, 1),
+        (1, 128, 1),
+        (1, 16, 1),
+    ]
+    assert got[5]["grid"] == 0  # M = 0: nothing to launch, and no division by zero

@@ -1,6 +1,7 @@
 """Time fp8gemm-cuda-sm90a tile choices on the benchmark shapes (median, L2 flushed).
 
 python3 ci/gpu/tune.py time [M,N,K ...]        time the current plan (env knobs apply) on shapes
+python3 ci/gpu/tune.py kernels [M,N,K ...]     per-kernel GPU time (torch.profiler, L2 flushed) of one call
 python3 ci/gpu/tune.py sweep OUT.json [SPEC..] time tiles (FP8GEMM_SM90A_TILE; DEFAULT_SPECS) on the
                                                deepseek-v3 set; TUNE_CHECK=1 runs conformance first
 """
@@ -44,6 +45,39 @@ def time_shapes(shapes):
             err = float((out.float() - ref).norm() / ref.norm())
         ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
         row = {"m": m, "n": n, "k": k, "us": ms * 1e3, "tflops": 2 * m * n * k / ms / 1e9, "rel_err": err}
+        print(json.dumps(row), flush=True)
+
+
+def kernel_times(shapes, calls=50):
+    """Where a call's time goes: each kernel's own duration vs. the do_bench (event-to-event) time."""
+    import fp8gemm
+    import torch
+    import triton.testing
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    for m, n, k in shapes:
+        a, sa = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda"))
+        b, sb = fp8gemm.quantize_weight(torch.randn(n, k, device="cuda"))
+        sb = fp8gemm.prepare_weight_scale(sb)
+        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        call = functools.partial(fp8gemm.gemm, a, b, sa, sb, out=out)
+        call()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                flush.zero_()
+                call()
+            torch.cuda.synchronize()
+        kernels = {}
+        for e in prof.events():
+            if e.device_type.name == "CUDA" and "elementwise" not in e.name and "fill" not in e.name.lower():
+                kernels.setdefault(e.name[:60], []).append(
+                    e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+                )
+        ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+        row = {"m": m, "n": n, "k": k, "do_bench_us": ms * 1e3,
+               "kernels_us": {name: sorted(v)[len(v) // 2] for name, v in kernels.items()}}  # fmt: skip
         print(json.dumps(row), flush=True)
 
 
@@ -96,5 +130,7 @@ def print_table(results, shapes):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["sweep"]:
         sweep(sys.argv[2], sys.argv[3:] or DEFAULT_SPECS, check=os.environ.get("TUNE_CHECK") == "1")
+    elif sys.argv[1:2] == ["kernels"]:
+        kernel_times(shapes_from(sys.argv[2:]))
     else:
         time_shapes(shapes_from(sys.argv[2:] if sys.argv[1:2] == ["time"] else sys.argv[1:]))
