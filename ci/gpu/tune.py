@@ -2,6 +2,7 @@
 
 python3 ci/gpu/tune.py time [M,N,K ...]        time the current plan (env knobs apply) on shapes
 python3 ci/gpu/tune.py kernels [M,N,K ...]     per-kernel GPU time (torch.profiler, L2 flushed) of one call
+python3 ci/gpu/tune.py host                      host cost per call of each layer of the call path
 python3 ci/gpu/tune.py sweep OUT.json [SPEC..] time tiles (FP8GEMM_SM90A_TILE; DEFAULT_SPECS) on the
                                                deepseek-v3 set; TUNE_CHECK=1 runs conformance first
 """
@@ -81,6 +82,45 @@ def kernel_times(shapes, calls=50):
         print(json.dumps(row), flush=True)
 
 
+def host_layers(calls=20000):
+    """Wall time per call (us) of each layer of fp8gemm.gemm on a tiny shape, to see where the host cost is."""
+    import time
+
+    import fp8gemm
+    import torch
+    from fp8gemm import ops, registry
+
+    a, sa = fp8gemm.quantize_activation(torch.randn(16, 256, device="cuda"))
+    b, sb = fp8gemm.quantize_weight(torch.randn(128, 256, device="cuda"))
+    sb = fp8gemm.prepare_weight_scale(sb)
+    out = torch.empty(16, 128, dtype=torch.bfloat16, device="cuda")
+    backend = registry.select(a.device).backend
+    ptrs = (a.data_ptr(), b.data_ptr(), sa.data_ptr(), sb.data_ptr(), out.data_ptr(), 0)
+    launch_args = (*ptrs, 16, 128, 256, 256, 256, 128, 16, 2, 0, torch._C._cuda_getCurrentRawStream(0))
+    layers = {
+        "gemm(out=)": lambda: fp8gemm.gemm(a, b, sa, sb, out=out),
+        "gemm()": lambda: fp8gemm.gemm(a, b, sa, sb),
+        "_try_fast": lambda: ops._try_fast(None, a, b, sa, sb, out, None),
+        "backend.launch": lambda: backend.launch(*launch_args),
+        "backend.workspace_bytes": lambda: backend.workspace_bytes(16, 128, 256),
+        "torch.empty(16x128)": lambda: torch.empty((16, 128), dtype=torch.bfloat16, device=a.device),
+        "os.environ.get": lambda: os.environ.get(registry.ENV_VAR),
+        "current raw stream": lambda: torch._C._cuda_getCurrentRawStream(0),
+    }
+    for name, fn in layers.items():
+        for _ in range(200):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        print(f"{name:28s} {(time.perf_counter() - start) / calls * 1e6:7.2f} us/call", flush=True)
+    from fp8gemm.bench import host_overhead
+
+    print(json.dumps(host_overhead(torch.device("cuda"), None)))
+
+
 def spec_env(spec):
     tile, *knobs = spec.split("+")
     env = dict(os.environ, FP8GEMM_SM90A_TILE=tile)
@@ -130,6 +170,8 @@ def print_table(results, shapes):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["sweep"]:
         sweep(sys.argv[2], sys.argv[3:] or DEFAULT_SPECS, check=os.environ.get("TUNE_CHECK") == "1")
+    elif sys.argv[1:2] == ["host"]:
+        host_layers()
     elif sys.argv[1:2] == ["kernels"]:
         kernel_times(shapes_from(sys.argv[2:]))
     else:

@@ -56,8 +56,8 @@ struct Cfg {
   static constexpr int kGroups = kBlockN / 8;        // 8-column groups: accumulators 4g .. 4g + 3
   static constexpr bool kUniformScaleB = kBlockN <= kBlockK;
   // Two accumulator sets (see mainloop_overlapped) fit the registers up to 128 columns and 2
-  // consumers; clusters keep the single-set loop (their stage release signals the peer too).
-  static constexpr bool kOverlap = kBlockN <= kBlockK && kConsumers <= 2 && kCluster == 1;
+  // consumers.
+  static constexpr bool kOverlap = kBlockN <= kBlockK && kConsumers <= 2;
   static constexpr bool kTmaStore = kBlockN % 32 == 0;  // bf16 epilogue through 32-column TMA boxes
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg):
@@ -289,6 +289,16 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) total[i] = 0.0f;
 
+    // Stage s is free (its scales are in registers already), here and in the cluster peer whose B
+    // half it also holds.
+    auto release = [&](int s) {
+      if constexpr (kCluster > 1) {
+#pragma unroll
+        for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(&empty[s], r);
+      } else {
+        mbar_arrive(&empty[s]);
+      }
+    };
     // kFormer: 8-column groups that take the first B scale (a compile-time constant, so the
     // promotion has no per-column selects).
     auto mainloop = [&](auto former) {
@@ -314,14 +324,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
         const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4);
         const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + 32);
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        if (lane == 0) {  // stage free (its scales are in registers already), here and in the peer
-          if constexpr (kCluster > 1) {
-#pragma unroll
-            for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(&empty[s], r);
-          } else {
-            mbar_arrive(&empty[s]);
-          }
-        }
+        if (lane == 0) release(s);
         const float lo0 = sa_lo * sb0, hi0 = sa_hi * sb0, lo1 = sa_lo * sb1, hi1 = sa_hi * sb1;
         // Accumulator layout: register 4g + {0,1} is row (lane/4), 4g + {2,3} row (lane/4 + 8).
 #pragma unroll
@@ -349,7 +352,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
       const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4);
       const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + 32);
       asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(decltype(in_flight)::value) : "memory");
-      if (lane == 0) mbar_arrive(&empty[s]);
+      if (lane == 0) release(s);
       const float lo = sa_lo * sb, hi = sa_hi * sb;
 #pragma unroll
       for (int g = 0; g < C::kGroups; ++g) {

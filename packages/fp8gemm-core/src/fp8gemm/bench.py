@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import math
 import platform
@@ -134,7 +135,10 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) 
     """Wall time of one ``fp8gemm.gemm`` call from Python on a tiny shape, minus the GPU's time for it.
 
     When the host is the bottleneck, back-to-back calls run at host speed, so the difference is the
-    host's cost per call (validation, dispatch, launch) that a small decode GEMM cannot hide.
+    host's cost per call (validation, dispatch, launch) that a small decode GEMM cannot hide. Timed
+    as ``timeit`` times: garbage collection off in the loop, because a collection's pause (tens of
+    milliseconds in a process holding torch, triton and the peers) lands on whichever call happens to
+    trigger it; the figure with collection on is reported beside it.
     """
     a, a_scale = quantize_activation(
         torch.randn(16, 256, device=device), fp8_dtype=preferred_fp8_dtype(device, backend)
@@ -146,17 +150,29 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) 
     def call():
         return gemm(a, b, a_scale, b_scale, out=out, backend=backend)
 
+    def wall_per_call(collect: bool) -> float:
+        for _ in range(100):
+            call()
+        torch.cuda.synchronize(device)
+        gc.collect()
+        enabled = gc.isenabled()
+        if not collect:
+            gc.disable()
+        try:
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            torch.cuda.synchronize(device)
+            return (time.perf_counter() - start) / calls
+        finally:
+            if enabled:
+                gc.enable()
+
     kernel = _time_gpu(call)
-    for _ in range(100):
-        call()
-    torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    torch.cuda.synchronize(device)
-    wall = (time.perf_counter() - start) / calls
+    wall, wall_gc = wall_per_call(collect=False), wall_per_call(collect=True)
     return {"shape": [16, 128, 256], "wall_us_per_call": wall * 1e6, "gpu_us_per_call": kernel * 1e6,
-            "host_overhead_us": max(0.0, wall - kernel) * 1e6}  # fmt: skip
+            "host_overhead_us": max(0.0, wall - kernel) * 1e6,
+            "wall_us_per_call_gc_on": wall_gc * 1e6, "host_overhead_us_gc_on": max(0.0, wall_gc - kernel) * 1e6}  # fmt: skip
 
 
 def geomean(values) -> float:

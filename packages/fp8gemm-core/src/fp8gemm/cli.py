@@ -151,7 +151,8 @@ def _print_bench_table(report: dict) -> None:
     if "host_overhead" in report:
         h = report["host_overhead"]
         console.print(f"host overhead per fp8gemm.gemm call: {h['host_overhead_us']:.1f} us "
-                      f"(wall {h['wall_us_per_call']:.1f} us/call, GPU {h['gpu_us_per_call']:.1f} us/call)")  # fmt: skip
+                      f"(wall {h['wall_us_per_call']:.1f} us/call, GPU {h['gpu_us_per_call']:.1f} us/call; "
+                      f"with garbage collection on {h.get('host_overhead_us_gc_on', float('nan')):.1f} us)")  # fmt: skip
 
 
 def main(argv=None) -> int:

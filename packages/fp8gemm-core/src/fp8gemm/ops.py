@@ -10,11 +10,9 @@ import torch
 from . import registry
 from .protocol import OUT_BF16, OUT_FP32, Backend
 from .reference import REFERENCE, reference_gemm
-from .validation import check_inputs, check_tensor, conform_scale, layout_ld
+from .validation import check_inputs, check_tensor, conform_scale, ld_reader
 
-
-def _device_index(t: torch.Tensor) -> int:
-    return t.get_device()  # -1 on CPU
+_device_index = torch.Tensor.get_device  # -1 on CPU; the unbound method: no wrapper call per tensor
 
 
 def _current_device() -> int:
@@ -37,7 +35,7 @@ def _device_guard(device: torch.device):
 # then validates in full and produces the error message. It never accepts what the general path
 # rejects (tests/test_registry.py and the GPU suite check both paths).
 
-_fast_backends: dict[tuple[int, str | None], tuple[Backend, torch.dtype] | None] = {}
+_fast_backends: dict[tuple[int, str | None], tuple | None] = {}
 registry.on_refresh(_fast_backends.clear)
 
 
@@ -45,7 +43,16 @@ def _fast_backend(device_index: int, requested: str | None):
     key = (device_index, requested)
     if key not in _fast_backends:
         chosen = registry.select(torch.device("cuda", device_index), requested).backend
-        _fast_backends[key] = None if chosen is REFERENCE else (chosen, getattr(torch, chosen.fp8_dtype))
+        _fast_backends[key] = (
+            None
+            if chosen is REFERENCE
+            else (
+                chosen,
+                getattr(torch, chosen.fp8_dtype),
+                ld_reader(chosen.a_scale_layout),
+                ld_reader(chosen.b_scale_layout),
+            )
+        )
     return _fast_backends[key]
 
 
@@ -59,7 +66,7 @@ def _try_fast(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa: C9
     found = _fast_backend(dev, backend_name or os.environ.get(registry.ENV_VAR) or None)
     if found is None:
         return None
-    backend, fp8 = found
+    backend, fp8, read_a_scale_ld, read_b_scale_ld = found
     f32 = torch.float32
     if a.dtype is not fp8 or b.dtype is not fp8 or a_scale.dtype is not f32 or b_scale.dtype is not f32:
         return None
@@ -70,27 +77,30 @@ def _try_fast(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa: C9
     n = b_shape[0]
     if b_shape[1] != k or not m or not k or not n or k & 127 or n & 15:
         return None
-    kb = k >> 7
-    if a_scale.shape != (m, kb) or b_scale.shape != ((n + 127) >> 7, kb):
+    kb, nb = k >> 7, (n + 127) >> 7
+    if a_scale.shape != (m, kb) or b_scale.shape != (nb, kb):
         return None
     lda, a1 = a.stride()
     ldb, b1 = b.stride()
     if a1 != 1 or b1 != 1 or lda < k or ldb < k or lda & 15 or ldb & 15:
         return None
-    a_scale_ld = layout_ld(a_scale, backend.a_scale_layout)
-    b_scale_ld = layout_ld(b_scale, backend.b_scale_layout)
+    a_scale_ld = read_a_scale_ld(a_scale.stride(), m, kb)
+    b_scale_ld = read_b_scale_ld(b_scale.stride(), nb, kb)
     if a_scale_ld is None or b_scale_ld is None:
         return None
     if out is None:
         if out_dtype is not None and out_dtype is not torch.bfloat16 and out_dtype is not f32:
             return None
     else:
-        if type(out) is not tensor or (out.dtype is not torch.bfloat16 and out.dtype is not f32) or out.shape != (m, n):
+        if type(out) is not tensor:
             return None
-        if (out_dtype is not None and out_dtype is not out.dtype) or _device_index(out) != dev:
+        o_dtype = out.dtype
+        if (o_dtype is not torch.bfloat16 and o_dtype is not f32) or out.shape != (m, n):
+            return None
+        if (out_dtype is not None and out_dtype is not o_dtype) or _device_index(out) != dev:
             return None
         ldo, o1 = out.stride()
-        if o1 != 1 or ldo < n or (ldo * out.element_size()) & 15 or out.data_ptr() & 15:
+        if o1 != 1 or ldo < n or (ldo << (2 if o_dtype is f32 else 1)) & 15 or out.data_ptr() & 15:
             return None
     if _device_index(b) != dev or _device_index(a_scale) != dev or _device_index(b_scale) != dev:
         return None

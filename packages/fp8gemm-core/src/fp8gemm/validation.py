@@ -6,6 +6,8 @@ under torch.compile. Each error names the argument and the fix.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .protocol import K_MAJOR, ScaleLayout
@@ -120,18 +122,36 @@ def _check_out(out, out_dtype, a, m: int, n: int) -> torch.dtype:
     return out.dtype
 
 
+@functools.cache
+def ld_reader(layout: ScaleLayout):
+    """``read(strides, rows, cols)``: the leading dimension of a scale matrix with those strides if it
+    already has ``layout``, else None. Built once per layout: ``gemm``'s fast path calls it per call."""
+    mult = layout.ld_multiple
+    if layout.order == K_MAJOR:
+
+        def read(strides, rows, cols):
+            outer, inner = strides
+            if cols > 1 and inner != 1:
+                return None
+            ld = outer if rows > 1 else max(outer, cols)
+            return None if ld < cols or ld % mult else ld
+
+    else:
+
+        def read(strides, rows, cols):
+            inner, outer = strides
+            if rows > 1 and inner != 1:
+                return None
+            ld = outer if cols > 1 else max(outer, rows)
+            return None if ld < rows or ld % mult else ld
+
+    return read
+
+
 def layout_ld(scale: torch.Tensor, layout: ScaleLayout) -> int | None:
     """The leading dimension if ``scale`` already has ``layout``, else None."""
     rows, cols = scale.shape
-    inner, outer = (1, 0) if layout.order == K_MAJOR else (0, 1)
-    extent = cols if layout.order == K_MAJOR else rows
-    other = rows if layout.order == K_MAJOR else cols
-    if extent > 1 and scale.stride(inner) != 1:
-        return None
-    ld = scale.stride(outer) if other > 1 else max(scale.stride(outer), extent)
-    if ld < extent or ld % layout.ld_multiple:
-        return None
-    return ld
+    return ld_reader(layout)(scale.stride(), rows, cols)
 
 
 def conform_scale(scale: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, int]:
