@@ -6,7 +6,8 @@ import torch
 from fp8gemm import conformance
 
 backend = sys.argv[1] if len(sys.argv) > 1 else None
-# The default plan picks 16-, 64- and 192-wide tiles here (700 x 4000: 2 x 192 with M and N tails).
+# The default plan picks 16-, 64- and 192-wide tiles and 256-row ones here (700 x 4000: 128 x 192,
+# 2000 x 4000: 256 x 128, both with M and N tails).
 SHAPES = [
     (1, 16, 128),
     (37, 272, 640),
@@ -15,6 +16,7 @@ SHAPES = [
     (257, 400, 1152),
     (2100, 272, 384),
     (700, 4000, 1024),
+    (2000, 4000, 512),
 ]
 for i, (m, n, k) in enumerate(SHAPES):
     case = conformance.Case(m, n, k, torch.float32 if i % 2 else torch.bfloat16, i % 2 == 0, i % 3 == 0)

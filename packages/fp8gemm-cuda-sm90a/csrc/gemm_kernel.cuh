@@ -7,12 +7,13 @@
 // half of the shared B tile, multicast into both. Per CTA, one producer warpgroup (one
 // thread issues TMA) fills a ring of kStages shared-memory stages, each holding one 128-wide K
 // block of A (BLOCK_M x 128), B (BLOCK_N x 128) and A's scales (BLOCK_M floats); kConsumers
-// warpgroups of 64 rows each multiply a stage with four wgmma m64nNk32 (N = BLOCK_N) into a fresh
-// fp32 accumulator, release the stage, and promote the accumulator into the running total with both
-// scales (the tensor core's FP8 accumulation is not full fp32, so it is never run for more than 128
-// of K). BLOCK_N is 16..128 (one B scale per tile and K block; two accumulator sets, so the next
-// K block is issued before this one is promoted) or 192 (a tile straddles two 128-wide scale
-// blocks: the first kFormer 8-column groups take the first one; one accumulator set fits).
+// warpgroups of kSub 64-row slices each (kSub = 2: 256-row tiles from two warpgroups) multiply a
+// stage with four wgmma m64nNk32 (N = BLOCK_N) per slice into a fresh fp32 accumulator, release the
+// stage, and promote the accumulator into the slice's running total with both scales (the tensor
+// core's FP8 accumulation is not full fp32, so it is never run for more than 128 of K). BLOCK_N is
+// 16..128 (one B scale per tile and K block; with one slice per warpgroup, two accumulator sets, so
+// the next K block is issued before this one is promoted) or 192 (a tile straddles two 128-wide
+// scale blocks: the first kFormer 8-column groups take the first one; one accumulator set fits).
 #pragma once
 
 #include <cuda.h>
@@ -38,26 +39,30 @@ struct Params {
 };
 
 // Pipeline depth: as many stages as shared memory holds next to the epilogue buffer, at most 12.
-constexpr int stages_for(int consumers, int block_n) {
-  const int per_stage = 64 * consumers * kBlockK + block_n * kBlockK + 64 * consumers * 4;
-  const int epilogue = block_n % 32 == 0 ? consumers * 64 * block_n * 2 : 0;
+constexpr int stages_for(int block_m, int block_n) {
+  const int per_stage = block_m * kBlockK + block_n * kBlockK + block_m * 4;
+  const int epilogue = block_n % 32 == 0 ? block_m * block_n * 2 : 0;
   const int fit = (227 * 1024 - 2048 - epilogue - 2 * 12 * 8) / per_stage;  // 2048: alignment
   return fit < 12 ? fit : 12;
 }
 
-template <int kConsumers, int kBlockN, int kCluster>
+// kSub: 64-row slices per consumer warpgroup. 2 gives 256-row tiles from two warpgroups (half the
+// L2 -> SM bytes per FLOP of 128 x 128), their slices multiplied one after the other into one
+// accumulator set.
+template <int kConsumers, int kBlockN, int kCluster, int kSub = 1>
 struct Cfg {
-  static constexpr int kStages = stages_for(kConsumers, kBlockN);
+  static constexpr int kStages = stages_for(64 * kConsumers * kSub, kBlockN);
   static_assert(kStages >= 3, "at least three pipeline stages");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
   static_assert(kBlockN == 192 || (kBlockN >= 16 && 128 % kBlockN == 0), "BLOCK_N: 16, 32, 64, 128 or 192");
-  static constexpr int kBlockM = 64 * kConsumers;
+  static_assert(kSub == 1 || (kSub == 2 && kBlockN <= kBlockK), "two slices per warpgroup: up to 128 columns");
+  static constexpr int kBlockM = 64 * kConsumers * kSub;
   static constexpr int kAcc = kBlockN / 2;           // fp32 accumulators per thread (m64nNk32)
   static constexpr int kGroups = kBlockN / 8;        // 8-column groups: accumulators 4g .. 4g + 3
   static constexpr bool kUniformScaleB = kBlockN <= kBlockK;
   // Two accumulator sets (see mainloop_overlapped) fit the registers up to 128 columns and 2
   // consumers.
-  static constexpr bool kOverlap = kBlockN <= kBlockK && kConsumers <= 2;
+  static constexpr bool kOverlap = kBlockN <= kBlockK && kConsumers <= 2 && kSub == 1;
   static constexpr bool kTmaStore = kBlockN % 32 == 0;  // bf16 epilogue through 32-column TMA boxes
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg):
@@ -72,7 +77,7 @@ struct Cfg {
   // [A x stages][B x stages][scales x stages][full bars][empty bars]; tiles 1024-byte aligned (SW128).
   // bf16 output leaves through shared memory and TMA stores: per consumer warpgroup 64 x 32 boxes,
   // 64-byte swizzled (conflict-free writes from the accumulator layout).
-  static constexpr int kEpiBytes = kTmaStore ? kConsumers * 64 * kBlockN * 2 : 0;
+  static constexpr int kEpiBytes = kTmaStore ? kBlockM * kBlockN * 2 : 0;
   static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes) + 1023) / 1024 * 1024;  // SW128 base
   static constexpr int kBarOffset = kEpiOffset + kEpiBytes;
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + alignment slack
@@ -199,12 +204,12 @@ __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
-template <int kConsumers, int kBlockN, int kCluster>
-__global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 1)
+template <int kConsumers, int kBlockN, int kCluster, int kSub>
+__global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_scale, const __grid_constant__ CUtensorMap map_out,
                 const Params p) {
-  using C = Cfg<kConsumers, kBlockN, kCluster>;
+  using C = Cfg<kConsumers, kBlockN, kCluster, kSub>;
   constexpr int kStages = C::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -269,10 +274,11 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
   // Consumer warpgroups.
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kConsumerRegs));
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
+  // Row of this thread in the warpgroup's first slice (and + 8); slice i is 64 i rows further.
+  const int row_in_tile = warpgroup * 64 * kSub + warp * 16 + lane / 4;
   // Shared-memory addresses formed once, warp-uniform (shuffled from lane 0) so the descriptors live
   // in uniform registers: the issue path per K block is then a few adds, not address conversions.
-  const uint32_t a_desc_base = __shfl_sync(~0u, sw128_desc_lo(smem_u32(tiles_a + warpgroup * 64 * kBlockK)), 0);
+  const uint32_t a_desc_base = __shfl_sync(~0u, sw128_desc_lo(smem_u32(tiles_a + warpgroup * kSub * 64 * kBlockK)), 0);
   const uint32_t b_desc_base = __shfl_sync(~0u, sw128_desc_lo(smem_u32(tiles_b)), 0);
   const uint32_t scale_addr = smem_u32(scales + row_in_tile);  // + 32 bytes: row_in_tile + 8
   Ring<kStages> ring;
@@ -285,9 +291,9 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
     // 192-wide tile straddles two; past N it repeats the first row, whose columns are masked).
     const float* sb_row0 = p.b_scale + (n_first / kBlockK) * p.sb_ld;
     const float* sb_row1 = (n_first / kBlockK + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
-    float total[C::kAcc], acc[C::kAcc];
+    float total[kSub][C::kAcc], acc[C::kAcc];
 #pragma unroll
-    for (int i = 0; i < C::kAcc; ++i) total[i] = 0.0f;
+    for (int i = 0; i < kSub * C::kAcc; ++i) total[i / C::kAcc][i % C::kAcc] = 0.0f;
 
     // Stage s is free (its scales are in registers already), here and in the cluster peer whose B
     // half it also holds.
@@ -316,24 +322,28 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
         }
         mbar_wait(&full[s], ring.phase);
         const uint32_t a_lo = a_desc_base + s * (C::kABytes >> 4), b_lo = b_desc_base + s * (C::kBBytes >> 4);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int ks = 0; ks < kBlockK / 32; ++ks)  // K advances 32 bytes inside the 128-byte swizzle atom
-          wgmma_e4m3(acc, sw128_desc(a_lo + ks * 2), sw128_desc(b_lo + ks * 2), ks > 0);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4);
-        const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + 32);
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        if (lane == 0) release(s);
-        const float lo0 = sa_lo * sb0, hi0 = sa_hi * sb0, lo1 = sa_lo * sb1, hi1 = sa_hi * sb1;
-        // Accumulator layout: register 4g + {0,1} is row (lane/4), 4g + {2,3} row (lane/4 + 8).
+        for (int slice = 0; slice < kSub; ++slice) {
+          const uint32_t a_slice = a_lo + slice * (64 * kBlockK >> 4);
+          asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int g = 0; g < C::kGroups; ++g) {
-          const float lo = g < kFormer ? lo0 : lo1, hi = g < kFormer ? hi0 : hi1;
-          total[4 * g] += acc[4 * g] * lo;
-          total[4 * g + 1] += acc[4 * g + 1] * lo;
-          total[4 * g + 2] += acc[4 * g + 2] * hi;
-          total[4 * g + 3] += acc[4 * g + 3] * hi;
+          for (int ks = 0; ks < kBlockK / 32; ++ks)  // K advances 32 bytes inside the 128-byte swizzle atom
+            wgmma_e4m3(acc, sw128_desc(a_slice + ks * 2), sw128_desc(b_lo + ks * 2), ks > 0);
+          asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+          const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256);
+          const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256 + 32);
+          asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+          if (slice == kSub - 1 && lane == 0) release(s);
+          const float lo0 = sa_lo * sb0, hi0 = sa_hi * sb0, lo1 = sa_lo * sb1, hi1 = sa_hi * sb1;
+          // Accumulator layout: register 4g + {0,1} is row (lane/4), 4g + {2,3} row (lane/4 + 8).
+#pragma unroll
+          for (int g = 0; g < C::kGroups; ++g) {
+            const float lo = g < kFormer ? lo0 : lo1, hi = g < kFormer ? hi0 : hi1;
+            total[slice][4 * g] += acc[4 * g] * lo;
+            total[slice][4 * g + 1] += acc[4 * g + 1] * lo;
+            total[slice][4 * g + 2] += acc[4 * g + 2] * hi;
+            total[slice][4 * g + 3] += acc[4 * g + 3] * hi;
+          }
         }
       }
     };
@@ -356,10 +366,10 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
       const float lo = sa_lo * sb, hi = sa_hi * sb;
 #pragma unroll
       for (int g = 0; g < C::kGroups; ++g) {
-        total[4 * g] += from[4 * g] * lo;
-        total[4 * g + 1] += from[4 * g + 1] * lo;
-        total[4 * g + 2] += from[4 * g + 2] * hi;
-        total[4 * g + 3] += from[4 * g + 3] * hi;
+        total[0][4 * g] += from[4 * g] * lo;
+        total[0][4 * g + 1] += from[4 * g + 1] * lo;
+        total[0][4 * g + 2] += from[4 * g + 2] * hi;
+        total[0][4 * g + 3] += from[4 * g + 3] * hi;
       }
     };
     auto mainloop_overlapped = [&]() {
@@ -405,10 +415,10 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
     // Epilogue: register 4g + j holds column 8g + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).
     if constexpr (C::kTmaStore) {
       if (!p.partial && !p.out_fp32) {
-        // bf16: stage the warpgroup's 64 x BLOCK_N block in shared memory as 64 x 32 boxes, then one
-        // thread hands them to the TMA engine (rows past M, columns past N are clipped by the tensor
-        // map) and the warpgroup moves on to its next tile while the copies drain.
-        uint8_t* buf = epilogue + warpgroup * 64 * kBlockN * 2;
+        // bf16: stage each of the warpgroup's 64 x BLOCK_N slices in shared memory as 64 x 32 boxes,
+        // then one thread hands them to the TMA engine (rows past M, columns past N are clipped by
+        // the tensor map) and the warpgroup moves on to its next tile while the copies drain.
+        uint8_t* buf = epilogue + warpgroup * kSub * 64 * kBlockN * 2;
         const bool issuer = threadIdx.x % 128 == 0;
         if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // buffer free again
         asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
@@ -418,20 +428,29 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
         const int q = lane / 8, r = warp * 16 + (q % 2) * 8 + lane % 8;
         const uint32_t row_addr = smem_u32(buf) + r * 64, swz = (r >> 1) & 3;
 #pragma unroll
-        for (int g = 0; g < C::kGroups; g += 2) {
-          const int group = g + q / 2;  // the 8-column group this lane addresses
-          const uint32_t addr = row_addr + (group / 4) * 64 * 64 + (((group % 4) ^ swz) << 4);  // box, 16-B chunk
-          stmatrix_x4(addr, pack_bf16(total[4 * g], total[4 * g + 1]), pack_bf16(total[4 * g + 2], total[4 * g + 3]),
-                      pack_bf16(total[4 * g + 4], total[4 * g + 5]), pack_bf16(total[4 * g + 6], total[4 * g + 7]));
+        for (int slice = 0; slice < kSub; ++slice) {
+          const float* v = total[slice];
+#pragma unroll
+          for (int g = 0; g < C::kGroups; g += 2) {
+            const int group = g + q / 2;  // the 8-column group this lane addresses
+            const uint32_t addr = row_addr + slice * 64 * kBlockN * 2 + (group / 4) * 64 * 64 +
+                                  (((group % 4) ^ swz) << 4);  // slice, box, 16-B chunk
+            stmatrix_x4(addr, pack_bf16(v[4 * g], v[4 * g + 1]), pack_bf16(v[4 * g + 2], v[4 * g + 3]),
+                        pack_bf16(v[4 * g + 4], v[4 * g + 5]), pack_bf16(v[4 * g + 6], v[4 * g + 7]));
+          }
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the TMA engine
         asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
         if (issuer) {
-          const int row = tile.m_block * C::kBlockM + warpgroup * 64;
-          if (row < p.m) {
 #pragma unroll
-            for (int c = 0; c < kBlockN / 32; ++c)
-              if (n_first + 32 * c < p.n) tma_store_2d(&map_out, buf + c * 64 * 64, n_first + 32 * c, row);
+          for (int slice = 0; slice < kSub; ++slice) {
+            const int row = tile.m_block * C::kBlockM + (warpgroup * kSub + slice) * 64;
+            if (row < p.m) {
+#pragma unroll
+              for (int c = 0; c < kBlockN / 32; ++c)
+                if (n_first + 32 * c < p.n)
+                  tma_store_2d(&map_out, buf + slice * 64 * kBlockN * 2 + c * 64 * 64, n_first + 32 * c, row);
+            }
           }
           asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         }
@@ -440,25 +459,23 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster>::kThreads, 
     }
     // fp32 output, split-K partials, narrow bf16 tiles: direct stores. N % 16 == 0, so an 8-column
     // group is wholly inside N or wholly outside.
-    const int m0 = tile.m_block * C::kBlockM + row_in_tile;
     const int n0 = n_first + 2 * (lane % 4);
 #pragma unroll
-    for (int g = 0; g < C::kGroups; ++g) {
-      const int col = n0 + 8 * g;
-      if (col >= p.n) continue;
+    for (int i = 0; i < 2 * kSub; ++i) {  // row (lane / 4) + 8 half of slice i / 2: one row pointer each
+      const int slice = i / 2, half = i % 2;
+      const int row = tile.m_block * C::kBlockM + row_in_tile + 64 * slice + 8 * half;
+      if (row >= p.m) continue;
+      float* row_f32 = p.partial ? p.partial + (int64_t(tile.split) * p.m + row) * p.n
+                                 : static_cast<float*>(p.out) + row * p.ldo;  // fp32 out or partials
+      __nv_bfloat16* row_bf16 = static_cast<__nv_bfloat16*>(p.out) + row * p.ldo;
+      const bool f32 = p.partial || p.out_fp32;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = m0 + 8 * half;
-        if (row >= p.m) continue;
-        const float x = total[4 * g + 2 * half], y = total[4 * g + 2 * half + 1];
-        if (p.partial) {
-          *reinterpret_cast<float2*>(p.partial + (int64_t(tile.split) * p.m + row) * p.n + col) = make_float2(x, y);
-        } else if (p.out_fp32) {
-          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + row * p.ldo + col) = make_float2(x, y);
-        } else {
-          *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.out) + row * p.ldo + col) =
-              __floats2bfloat162_rn(x, y);
-        }
+      for (int g = 0; g < C::kGroups; ++g) {
+        const int col = n0 + 8 * g;
+        if (col >= p.n) continue;
+        const float x = total[slice][4 * g + 2 * half], y = total[slice][4 * g + 2 * half + 1];
+        if (f32) *reinterpret_cast<float2*>(row_f32 + col) = make_float2(x, y);
+        else *reinterpret_cast<__nv_bfloat162*>(row_bf16 + col) = __floats2bfloat162_rn(x, y);
       }
     }
   }

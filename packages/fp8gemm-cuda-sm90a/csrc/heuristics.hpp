@@ -16,7 +16,7 @@ struct Tuning {
 };
 
 struct Plan {
-  int consumers;  // consumer warpgroups: BLOCK_M = 64 * consumers
+  int consumers;  // 64-row slices: BLOCK_M = 64 * consumers (one consumer warpgroup each; 4: two of two)
   int block_n;    // tile width: 16, 32, 64, 128 or 192
   int cluster;    // CTAs per cluster along M, sharing (multicasting) the B tile
   int m_blocks, n_blocks, splits, kb_per_split;
@@ -34,6 +34,7 @@ inline bool tile_supported(int consumers, int block_n, int cluster) {
     case 1: return block_n == 16 || block_n == 32 || block_n == 64 || block_n == 128;
     case 2: return block_n == 64 || block_n == 128 || block_n == 192;
     case 3: return block_n == 128;
+    case 4: return block_n == 128;  // 256-row tiles: two warpgroups of two 64-row slices
     default: return false;
   }
 }
@@ -50,6 +51,8 @@ inline int splits_for(int64_t tiles, int kb_total, int sm_count) {
 // on small problems. Fitted (log least squares, then nudged to minimise the chosen tile's loss) to
 // one sweep of every tile over the 21 benchmark shapes (bench/results/sm90a_tile_sweeps_h200_*.json,
 // "6_refit"); with these rates the chosen tile is the fastest measured one on 20 of the 21 shapes.
+// 256 x 128 tiles came later ("7_256_rows"): rated just above 128 x 192 and 128 x 128, which they
+// beat by 3-5% where the waves fit alike.
 // Only the ranking matters: the fixed cost is the same for every candidate.
 struct TileRate {
   int consumers, block_n;
@@ -58,6 +61,7 @@ struct TileRate {
 constexpr TileRate kTileRates[] = {
     {1, 16, 300}, {1, 32, 450}, {1, 64, 615}, {1, 128, 690},        // 64-row tiles (one consumer)
     {2, 64, 840}, {2, 128, 1120}, {2, 192, 1150}, {3, 128, 1050},  // 128- and 192-row tiles
+    {4, 128, 1160},  // 256-row tiles: +3-5% over 2 x 128 where the waves fit alike (two later sweeps)
 };
 
 // Modelled run time (us) of one tile choice: whole waves of (tile x K split) work items at the

@@ -66,10 +66,10 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
   return map;
 }
 
-template <int kConsumers, int kBlockN, int kCluster>
+template <int kConsumers, int kBlockN, int kCluster, int kSub = 1>
 void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaStream_t stream, int dev) {
-  using C = Cfg<kConsumers, kBlockN, kCluster>;
-  auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster>;
+  using C = Cfg<kConsumers, kBlockN, kCluster, kSub>;
+  auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster, kSub>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
   std::call_once(configured[dev], [&] {
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
@@ -107,7 +107,8 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaS
   check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
 }
 
-// One instantiation per tile_supported() shape.
+// One instantiation per tile_supported() shape. The plan counts 64-row slices: 4 runs as two
+// consumer warpgroups of two slices each (256-row tiles).
 void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params& p, cudaStream_t stream, int dev) {
   const int key = plan.consumers * 10000 + plan.block_n * 10 + plan.cluster;
   switch (key) {
@@ -121,6 +122,7 @@ void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params
     case 21921: return launch_tiles<2, 192, 1>(args, p, plan.grid, stream, dev);
     case 21922: return launch_tiles<2, 192, 2>(args, p, plan.grid, stream, dev);
     case 31281: return launch_tiles<3, 128, 1>(args, p, plan.grid, stream, dev);
+    case 41281: return launch_tiles<2, 128, 1, 2>(args, p, plan.grid, stream, dev);
     default: throw std::logic_error("fp8gemm-cuda-sm90a: plan names a tile that is not compiled");
   }
 }
