@@ -27,19 +27,27 @@ def shapes_from(args):
     return SHAPE_SETS["deepseek-v3"]
 
 
-def time_shapes(shapes):
+def gemm_call(m, n, k):
+    """fp8gemm.gemm on fresh random FP8 inputs of one shape (called once), and those inputs."""
     import fp8gemm
+    import torch
+
+    a, sa = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda"))
+    b, sb = fp8gemm.quantize_weight(torch.randn(n, k, device="cuda"))
+    sb = fp8gemm.prepare_weight_scale(sb)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    call = functools.partial(fp8gemm.gemm, a, b, sa, sb, out=out)
+    call()
+    return call, (a, b, sa, sb, out)
+
+
+def time_shapes(shapes):
     import torch
     import triton.testing
     from fp8gemm.reference import reference_gemm
 
     for m, n, k in shapes:
-        a, sa = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda"))
-        b, sb = fp8gemm.quantize_weight(torch.randn(n, k, device="cuda"))
-        sb = fp8gemm.prepare_weight_scale(sb)
-        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        call = functools.partial(fp8gemm.gemm, a, b, sa, sb, out=out)
-        call()
+        call, (a, b, sa, sb, out) = gemm_call(m, n, k)
         err = float("nan")
         if m * n * k <= 2**37:  # the fp32 dequantised product; the float64 oracle runs in `fp8gemm check`
             ref = reference_gemm(a, b, sa, sb, torch.empty(m, n, device="cuda"))
@@ -51,19 +59,13 @@ def time_shapes(shapes):
 
 def kernel_times(shapes, calls=50):
     """Where a call's time goes: each kernel's own duration vs. the do_bench (event-to-event) time."""
-    import fp8gemm
     import torch
     import triton.testing
     from torch.profiler import ProfilerActivity, profile
 
     flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     for m, n, k in shapes:
-        a, sa = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda"))
-        b, sb = fp8gemm.quantize_weight(torch.randn(n, k, device="cuda"))
-        sb = fp8gemm.prepare_weight_scale(sb)
-        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        call = functools.partial(fp8gemm.gemm, a, b, sa, sb, out=out)
-        call()
+        call, _ = gemm_call(m, n, k)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):

@@ -127,23 +127,15 @@ def ld_reader(layout: ScaleLayout):
     """``read(strides, rows, cols)``: the leading dimension of a scale matrix with those strides if it
     already has ``layout``, else None. Built once per layout: ``gemm``'s fast path calls it per call."""
     mult = layout.ld_multiple
-    if layout.order == K_MAJOR:
+    inner = 1 if layout.order == K_MAJOR else 0  # the dimension that must be contiguous
+    outer = 1 - inner
 
-        def read(strides, rows, cols):
-            outer, inner = strides
-            if cols > 1 and inner != 1:
-                return None
-            ld = outer if rows > 1 else max(outer, cols)
-            return None if ld < cols or ld % mult else ld
-
-    else:
-
-        def read(strides, rows, cols):
-            inner, outer = strides
-            if rows > 1 and inner != 1:
-                return None
-            ld = outer if cols > 1 else max(outer, rows)
-            return None if ld < rows or ld % mult else ld
+    def read(strides, rows, cols):
+        extent, other = (cols, rows) if inner else (rows, cols)
+        if extent > 1 and strides[inner] != 1:
+            return None
+        ld = strides[outer] if other > 1 else max(strides[outer], extent)
+        return None if ld < extent or ld % mult else ld
 
     return read
 
