@@ -3,8 +3,9 @@
 // out[m, n] = sum_kb a_scale[m, kb] * b_scale[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k]
 //
 // A persistent grid walks (m block, n block, K split) tiles. With kCluster = 2 (an experiment: it
-// measured no faster), two CTAs of a cluster take adjacent m blocks of one n block and each loads
-// half of the shared B tile, multicast into both. Per CTA, one producer warpgroup (one
+// measured no faster, or within noise), two CTAs of a cluster take adjacent m blocks of one n block
+// and each loads half of the shared B tile, multicast into both (256-row tiles: adjacent n blocks of
+// one m block, sharing A). Per CTA, one producer warpgroup (one
 // thread issues TMA) fills a ring of kStages shared-memory stages, each holding one 128-wide K
 // block of A (BLOCK_M x 128), B (BLOCK_N x 128) and A's scales (BLOCK_M floats); kConsumers
 // warpgroups of kSub 64-row slices each (kSub = 2: 256-row tiles from two warpgroups) multiply a
@@ -53,7 +54,10 @@ template <int kConsumers, int kBlockN, int kCluster, int kSub = 1>
 struct Cfg {
   static constexpr int kStages = stages_for(64 * kConsumers * kSub, kBlockN);
   static_assert(kStages >= 3, "at least three pipeline stages");
-  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
+  // 2-CTA clusters pair 256-row tiles along N, sharing (multicasting) the A tile; the others pair
+  // along M, sharing B.
+  static constexpr bool kAlongN = kCluster > 1 && kSub == 2;
   static_assert(kBlockN == 192 || (kBlockN >= 16 && 128 % kBlockN == 0), "BLOCK_N: 16, 32, 64, 128 or 192");
   static_assert(kSub == 1 || (kSub == 2 && kBlockN <= kBlockK), "two slices per warpgroup: up to 128 columns");
   static constexpr int kBlockM = 64 * kConsumers * kSub;
@@ -170,22 +174,34 @@ struct Tile {
   int m_block, n_block, split;
 };
 
-template <int kCluster>
+// Cluster tiles: a cluster takes kCluster adjacent blocks along M (or along N).
+template <int kCluster, bool kAlongN>
+__device__ __forceinline__ int m_groups_of(const Params& p) { return kAlongN ? p.m_blocks : (p.m_blocks + kCluster - 1) / kCluster; }
+template <int kCluster, bool kAlongN>
+__device__ __forceinline__ int n_groups_of(const Params& p) { return kAlongN ? (p.n_blocks + kCluster - 1) / kCluster : p.n_blocks; }
+
+template <int kCluster, bool kAlongN>
 __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   // t counts cluster tiles. Within a split, tiles are walked in groups of group_m M blocks, M
   // fastest inside a group: the ~one wave of CTAs running together then touches group_m blocks of
   // A and a wave's worth of B blocks, which stay in L2 while every CTA streams through K.
-  const int m_groups = (p.m_blocks + kCluster - 1) / kCluster;
-  const int per_split = m_groups * p.n_blocks;
+  const int m_groups = m_groups_of<kCluster, kAlongN>(p), n_groups = n_groups_of<kCluster, kAlongN>(p);
+  const int per_split = m_groups * n_groups;
   Tile tile;
   tile.split = t / per_split;
   t %= per_split;
-  const int group_tiles = p.group_m * p.n_blocks;
+  const int group_tiles = p.group_m * n_groups;
   const int first_m = (t / group_tiles) * p.group_m;
   const int group_rows = min(p.group_m, m_groups - first_m);
   t %= group_tiles;
-  tile.m_block = (first_m + t % group_rows) * kCluster + rank;  // may be m_blocks (odd count): OOB, masked
-  tile.n_block = t / group_rows;
+  // A block past the end (odd count) is OOB: TMA fills zeros, the epilogue masks it.
+  if constexpr (kAlongN) {
+    tile.m_block = first_m + t % group_rows;
+    tile.n_block = (t / group_rows) * kCluster + rank;
+  } else {
+    tile.m_block = (first_m + t % group_rows) * kCluster + rank;
+    tile.n_block = t / group_rows;
+  }
   return tile;
 }
 
@@ -222,7 +238,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
 
   const int warpgroup = threadIdx.x / 128;
   const int kb_total = p.k / kBlockK;
-  const int num_tiles = (p.m_blocks + kCluster - 1) / kCluster * p.n_blocks * p.splits;  // cluster tiles
+  const int num_tiles = m_groups_of<kCluster, C::kAlongN>(p) * n_groups_of<kCluster, C::kAlongN>(p) * p.splits;
   const int first_tile = blockIdx.x / kCluster, tile_stride = gridDim.x / kCluster;
   const int rank = kCluster > 1 ? static_cast<int>(cluster_rank()) : 0;
 
@@ -248,16 +264,22 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
     if (threadIdx.x == kConsumers * 128) {
       Ring<kStages> ring;
       for (int t = first_tile; t < num_tiles; t += tile_stride) {
-        const Tile tile = tile_at<kCluster>(p, t, rank);
+        const Tile tile = tile_at<kCluster, C::kAlongN>(p, t, rank);
         const int kb_begin = tile.split * p.kb_per_split;
         const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
         for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
           const int s = ring.stage;
           mbar_wait(&empty[s], ring.phase ^ 1);  // a fresh barrier passes the first round
           mbar_expect_tx(&full[s], C::kTxBytes);
-          tma_load_2d(tiles_a + s * C::kABytes, &map_a, &full[s], kb * kBlockK, tile.m_block * C::kBlockM);
+          if constexpr (C::kAlongN) {  // this CTA's half of A, into both CTAs
+            constexpr int kRows = C::kBlockM / kCluster;
+            tma_load_2d_multicast(tiles_a + s * C::kABytes + rank * kRows * kBlockK, &map_a, &full[s], kb * kBlockK,
+                                  tile.m_block * C::kBlockM + rank * kRows, (1 << kCluster) - 1);
+          } else {
+            tma_load_2d(tiles_a + s * C::kABytes, &map_a, &full[s], kb * kBlockK, tile.m_block * C::kBlockM);
+          }
           tma_load_2d(scales + s * C::kBlockM, &map_scale, &full[s], tile.m_block * C::kBlockM, kb);
-          if constexpr (kCluster > 1) {  // this CTA's half of B, into both CTAs
+          if constexpr (kCluster > 1 && !C::kAlongN) {  // this CTA's half of B, into both CTAs
             constexpr int kRows = kBlockN / kCluster;
             tma_load_2d_multicast(tiles_b + s * C::kBBytes + rank * kRows * kBlockK, &map_b, &full[s], kb * kBlockK,
                                   tile.n_block * kBlockN + rank * kRows, (1 << kCluster) - 1);
@@ -283,14 +305,16 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
   const uint32_t scale_addr = smem_u32(scales + row_in_tile);  // + 32 bytes: row_in_tile + 8
   Ring<kStages> ring;
   for (int t = first_tile; t < num_tiles; t += tile_stride) {
-    const Tile tile = tile_at<kCluster>(p, t, rank);
+    const Tile tile = tile_at<kCluster, C::kAlongN>(p, t, rank);
     const int kb_begin = tile.split * p.kb_per_split;
     const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
     const int n_first = tile.n_block * kBlockN;
     // B scales: row of the 128-block holding the tile's first column, and of the next one (a
     // 192-wide tile straddles two; past N it repeats the first row, whose columns are masked).
-    const float* sb_row0 = p.b_scale + (n_first / kBlockK) * p.sb_ld;
-    const float* sb_row1 = (n_first / kBlockK + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
+    // (A tile past N, the odd one out of an N pair, reads the last row's scales; its columns are masked.)
+    const int n_row = min(n_first, p.n - 1) / kBlockK;
+    const float* sb_row0 = p.b_scale + n_row * p.sb_ld;
+    const float* sb_row1 = (n_row + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
     float total[kSub][C::kAcc], acc[C::kAcc];
 #pragma unroll
     for (int i = 0; i < kSub * C::kAcc; ++i) total[i / C::kAcc][i % C::kAcc] = 0.0f;

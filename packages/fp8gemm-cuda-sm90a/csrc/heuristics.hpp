@@ -18,7 +18,7 @@ struct Tuning {
 struct Plan {
   int consumers;  // 64-row slices: BLOCK_M = 64 * consumers (one consumer warpgroup each; 4: two of two)
   int block_n;    // tile width: 16, 32, 64, 128 or 192
-  int cluster;    // CTAs per cluster along M, sharing (multicasting) the B tile
+  int cluster;    // CTAs per cluster: along N sharing A for 256-row tiles, else along M sharing B
   int m_blocks, n_blocks, splits, kb_per_split;
   int grid;  // persistent CTAs
   int64_t workspace_bytes;
@@ -28,7 +28,7 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The tile shapes launch.cu instantiates.
 inline bool tile_supported(int consumers, int block_n, int cluster) {
-  if (cluster == 2) return consumers == 2 && (block_n == 128 || block_n == 192);
+  if (cluster == 2) return (consumers == 2 && (block_n == 128 || block_n == 192)) || (consumers == 4 && block_n == 128);
   if (cluster != 1) return false;
   switch (consumers) {
     case 1: return block_n == 16 || block_n == 32 || block_n == 64 || block_n == 128;
@@ -101,7 +101,8 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   if (tuning.cluster) p.cluster = tuning.cluster;
   p.m_blocks = static_cast<int>(ceil_div(m, 64 * p.consumers));
   p.n_blocks = static_cast<int>(ceil_div(n, p.block_n));
-  if (p.m_blocks < 2) p.cluster = 1;  // nothing to pair
+  const bool along_n = p.consumers == 4;
+  if ((along_n ? p.n_blocks : p.m_blocks) < 2) p.cluster = 1;  // nothing to pair
   const int kb_total = static_cast<int>(k / kBlockK);
   const int64_t tiles = int64_t(p.m_blocks) * p.n_blocks;
   int splits = splits_for(tiles, kb_total, sm_count);
@@ -109,7 +110,8 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   p.kb_per_split = static_cast<int>(ceil_div(kb_total, splits));
   p.splits = static_cast<int>(ceil_div(kb_total, p.kb_per_split));  // no empty split
   // The grid counts whole clusters.
-  const int64_t cluster_tiles = ceil_div(p.m_blocks, p.cluster) * p.n_blocks * p.splits;
+  const int64_t cluster_tiles = (along_n ? p.m_blocks * ceil_div(p.n_blocks, p.cluster)
+                                         : ceil_div(p.m_blocks, p.cluster) * p.n_blocks) * p.splits;
   p.grid = static_cast<int>(std::min<int64_t>(cluster_tiles, sm_count / p.cluster) * p.cluster);
   p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
   return p;

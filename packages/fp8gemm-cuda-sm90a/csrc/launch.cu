@@ -75,8 +75,11 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaS
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
   });
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, C::kBlockM, CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kBlockN / kCluster,
+  // Clustered tiles load half of the shared operand each (A along N, B along M) and multicast it.
+  constexpr int kRowsA = C::kAlongN ? C::kBlockM / kCluster : C::kBlockM;
+  constexpr int kRowsB = C::kAlongN ? kBlockN : kBlockN / kCluster;
+  const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, kRowsA, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kRowsB,
                                      CU_TENSOR_MAP_SWIZZLE_128B);
   // A scales, MN-major: row kb holds the scales of every M row for that K block.
   const CUtensorMap map_s = make_map(reinterpret_cast<void*>(a.a_scale), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.m,
@@ -123,6 +126,7 @@ void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params
     case 21922: return launch_tiles<2, 192, 2>(args, p, plan.grid, stream, dev);
     case 31281: return launch_tiles<3, 128, 1>(args, p, plan.grid, stream, dev);
     case 41281: return launch_tiles<2, 128, 1, 2>(args, p, plan.grid, stream, dev);
+    case 41282: return launch_tiles<2, 128, 2, 2>(args, p, plan.grid, stream, dev);
     default: throw std::logic_error("fp8gemm-cuda-sm90a: plan names a tile that is not compiled");
   }
 }
