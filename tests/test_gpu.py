@@ -78,7 +78,20 @@ def test_auto_selection_on_this_gpu():
 
 # Every tile shape fp8gemm-cuda-sm90a compiles (heuristics.hpp tile_supported), forced one at a
 # time: the default plan reaches only some of them on the shapes above.
-SM90A_TILES = ["1,16", "1,32", "1,64", "1,128", "2,64", "2,128", "2,192", "3,128", "4,128", "2,128,2", "2,192,2", "4,128,2"]
+SM90A_TILES = [
+    "1,16",
+    "1,32",
+    "1,64",
+    "1,128",
+    "2,64",
+    "2,128",
+    "2,192",
+    "3,128",
+    "4,128",
+    "2,128,2",
+    "2,192,2",
+    "4,128,2",
+]
 
 
 @pytest.mark.skipif("sm90a" not in GPU_BACKENDS, reason="fp8gemm-cuda-sm90a not installed")

@@ -16,7 +16,20 @@ import sys
 # Tiles worth timing: (consumers, block_n[, cluster]) as FP8GEMM_SM90A_TILE takes them, optionally
 # with more knobs after "+": "2,192+SPLITS=2" sets FP8GEMM_SM90A_SPLITS=2. The same list as
 # tests/test_gpu.py SM90A_TILES, i.e. every tile heuristics.hpp tile_supported() accepts.
-DEFAULT_SPECS = ["1,16", "1,32", "1,64", "1,128", "2,64", "2,128", "2,192", "3,128", "4,128", "2,128,2", "2,192,2", "4,128,2"]
+DEFAULT_SPECS = [
+    "1,16",
+    "1,32",
+    "1,64",
+    "1,128",
+    "2,64",
+    "2,128",
+    "2,192",
+    "3,128",
+    "4,128",
+    "2,128,2",
+    "2,192,2",
+    "4,128,2",
+]
 
 
 def shapes_from(args):
