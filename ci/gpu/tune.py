@@ -3,7 +3,7 @@
 python3 ci/gpu/tune.py time [M,N,K ...]        time the current plan (env knobs apply) on shapes
 python3 ci/gpu/tune.py kernels [M,N,K ...]     per-kernel GPU time (torch.profiler, L2 flushed) of one call
 python3 ci/gpu/tune.py host                      host cost per call of each layer of the call path
-python3 ci/gpu/tune.py sweep OUT.json [SPEC..] time tiles (FP8GEMM_SM90A_TILE; DEFAULT_SPECS) on the
+python3 ci/gpu/tune.py sweep OUT.json [SPEC..] time tiles (FP8GEMM_SM90A_TILE; default: all compiled) on the
                                                deepseek-v3 set; TUNE_CHECK=1 runs conformance first
 """
 
@@ -13,23 +13,19 @@ import os
 import subprocess
 import sys
 
-# Tiles worth timing: (consumers, block_n[, cluster]) as FP8GEMM_SM90A_TILE takes them, optionally
-# with more knobs after "+": "2,192+SPLITS=2" sets FP8GEMM_SM90A_SPLITS=2. The same list as
-# tests/test_gpu.py SM90A_TILES, i.e. every tile heuristics.hpp tile_supported() accepts.
-DEFAULT_SPECS = [
-    "1,16",
-    "1,32",
-    "1,64",
-    "1,128",
-    "2,64",
-    "2,128",
-    "2,192",
-    "3,128",
-    "4,128",
-    "2,128,2",
-    "2,192,2",
-    "4,128,2",
-]
+
+def default_specs():
+    """Every tile the installed build compiles (its build_info "tiles": heuristics.hpp tile_supported()).
+
+    A spec is (consumers, block_n[, cluster]) as FP8GEMM_SM90A_TILE takes it, optionally with more
+    knobs after "+": "2,192+SPLITS=2" also sets FP8GEMM_SM90A_SPLITS=2.
+    """
+    from fp8gemm import registry
+
+    found = [ib.backend for ib in registry.installed_backends() if ib.backend and ib.backend.name == "sm90a"]
+    if not found:
+        raise SystemExit("fp8gemm-cuda-sm90a is not installed")
+    return found[0].build_info["tiles"].split()
 
 
 def shapes_from(args):
@@ -184,7 +180,7 @@ def print_table(results, shapes):
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["sweep"]:
-        sweep(sys.argv[2], sys.argv[3:] or DEFAULT_SPECS, check=os.environ.get("TUNE_CHECK") == "1")
+        sweep(sys.argv[2], sys.argv[3:] or default_specs(), check=os.environ.get("TUNE_CHECK") == "1")
     elif sys.argv[1:2] == ["host"]:
         host_layers()
     elif sys.argv[1:2] == ["kernels"]:
