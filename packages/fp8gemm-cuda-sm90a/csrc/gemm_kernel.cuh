@@ -47,12 +47,13 @@ constexpr int stages_for(int block_m, int block_n) {
   return fit < 12 ? fit : 12;
 }
 
-// kSub: 64-row slices per consumer warpgroup. 2 gives 256-row tiles from two warpgroups (half the
+// kSub: 64-row slices per consumer warpgroup. 2 gives 256-row tiles from two warpgroups (3/4 of the
 // L2 -> SM bytes per FLOP of 128 x 128), their slices multiplied one after the other into one
 // accumulator set.
 template <int kConsumers, int kBlockN, int kCluster, int kSub = 1>
 struct Cfg {
-  static constexpr int kStages = stages_for(64 * kConsumers * kSub, kBlockN);
+  static constexpr int kBlockM = 64 * kConsumers * kSub;
+  static constexpr int kStages = stages_for(kBlockM, kBlockN);
   static_assert(kStages >= 3, "at least three pipeline stages");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   // 2-CTA clusters pair 256-row tiles along N, sharing (multicasting) the A tile; the others pair
@@ -60,7 +61,6 @@ struct Cfg {
   static constexpr bool kAlongN = kCluster > 1 && kSub == 2;
   static_assert(kBlockN == 192 || (kBlockN >= 16 && 128 % kBlockN == 0), "BLOCK_N: 16, 32, 64, 128 or 192");
   static_assert(kSub == 1 || (kSub == 2 && kBlockN <= kBlockK), "two slices per warpgroup: up to 128 columns");
-  static constexpr int kBlockM = 64 * kConsumers * kSub;
   static constexpr int kAcc = kBlockN / 2;           // fp32 accumulators per thread (m64nNk32)
   static constexpr int kGroups = kBlockN / 8;        // 8-column groups: accumulators 4g .. 4g + 3
   static constexpr bool kUniformScaleB = kBlockN <= kBlockK;
@@ -310,8 +310,8 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
     const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
     const int n_first = tile.n_block * kBlockN;
     // B scales: row of the 128-block holding the tile's first column, and of the next one (a
-    // 192-wide tile straddles two; past N it repeats the first row, whose columns are masked).
-    // (A tile past N, the odd one out of an N pair, reads the last row's scales; its columns are masked.)
+    // 192-wide tile straddles two; past N it repeats the first row). A tile wholly past N (the odd
+    // one out of an N pair) reads the last row; its columns are masked either way.
     const int n_row = min(n_first, p.n - 1) / kBlockK;
     const float* sb_row0 = p.b_scale + n_row * p.sb_ld;
     const float* sb_row1 = (n_row + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
@@ -319,8 +319,8 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
 #pragma unroll
     for (int i = 0; i < kSub * C::kAcc; ++i) total[i / C::kAcc][i % C::kAcc] = 0.0f;
 
-    // Stage s is free (its scales are in registers already), here and in the cluster peer whose B
-    // half it also holds.
+    // Stage s is free (its scales are in registers already), here and in the cluster peer whose
+    // half of the shared A or B tile it also holds.
     auto release = [&](int s) {
       if constexpr (kCluster > 1) {
 #pragma unroll

@@ -80,7 +80,7 @@ inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, in
 
 // The policy: the candidate with the smallest modelled time; 64-row tiles only for M <= 64
 // (decode), where the taller ones would compute padding. Clusters (2-CTA B multicast) measured no
-// faster, so 1. Off by 12% on 128x7168x16384 in the fitted sweep (2 x 128 with 3 K splits chosen,
+// faster, so 1. Off by 12% on 128x7168x16384 in the fitted sweep (2 x 128 with 2 K splits chosen,
 // 2 x 64 without splits measured faster): the model does not see that split-K costs more than its
 // reduction when the partials are large.
 inline void choose_tile(int64_t m, int64_t n, int64_t k, int sm_count, Plan& p) {
@@ -101,7 +101,7 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   if (tuning.cluster) p.cluster = tuning.cluster;
   p.m_blocks = static_cast<int>(ceil_div(m, 64 * p.consumers));
   p.n_blocks = static_cast<int>(ceil_div(n, p.block_n));
-  const bool along_n = p.consumers == 4;
+  const bool along_n = p.consumers == 4;  // gemm_kernel.cuh Cfg::kAlongN: 256-row tiles pair along N
   if ((along_n ? p.n_blocks : p.m_blocks) < 2) p.cluster = 1;  // nothing to pair
   const int kb_total = static_cast<int>(k / kBlockK);
   const int64_t tiles = int64_t(p.m_blocks) * p.n_blocks;
