@@ -7,7 +7,8 @@
 // and each loads half of the shared B tile, multicast into both (256-row tiles: adjacent n blocks of
 // one m block, sharing A). Per CTA, one producer warpgroup (one
 // thread issues TMA) fills a ring of kStages shared-memory stages, each holding one 128-wide K
-// block of A (BLOCK_M x 128), B (BLOCK_N x 128) and A's scales (BLOCK_M floats); kConsumers
+// block of A (BLOCK_M x 128), B (BLOCK_N x 128) and A's scales (BLOCK_M floats; for the one-set
+// loop, a second producer warp adds the tile's B scales); kConsumers
 // warpgroups of kSub 64-row slices each (kSub = 2: 256-row tiles from two warpgroups) multiply a
 // stage with four wgmma m64nNk32 (N = BLOCK_N) per slice into a fresh fp32 accumulator, release the
 // stage, and promote the accumulator into the slice's running total with both scales (the tensor
@@ -43,7 +44,7 @@ struct Params {
 constexpr int stages_for(int block_m, int block_n) {
   const int per_stage = block_m * kBlockK + block_n * kBlockK + block_m * 4;
   const int epilogue = block_n % 32 == 0 ? block_m * block_n * 2 : 0;
-  const int fit = (227 * 1024 - 2048 - epilogue - 2 * 12 * 8) / per_stage;  // 2048: alignment
+  const int fit = (227 * 1024 - 2048 - epilogue - 3 * 12 * 8) / per_stage;  // 2048: alignment; barriers, B scales
   return fit < 12 ? fit : 12;
 }
 
@@ -67,24 +68,31 @@ struct Cfg {
   // Two accumulator sets (see mainloop_overlapped) fit the registers up to 128 columns and 2
   // consumers.
   static constexpr bool kOverlap = kBlockN <= kBlockK && kConsumers <= 2 && kSub == 1;
+  // The one-set loop reads its B scales from the stage (a producer warp stores them): fewer
+  // instructions per K block, +3-10% on the 256-row and 192-wide tiles. The two-set loop loads
+  // them itself: it measured 6-15% slower with the stage copy (decode and 128 x 128 tiles).
+  static constexpr bool kScalesBInStage = !kOverlap;
   static constexpr bool kTmaStore = kBlockN % 32 == 0;  // bf16 epilogue through 32-column TMA boxes
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // Registers per consumer thread after the producer gives most of its own back (setmaxnreg):
-  // 65536 per SM = 128 x 40 (producer) + 128 x kConsumers x this, rounded down to a multiple of 8.
-  static constexpr int kConsumerRegs = ((65536 - 128 * 40) / (128 * kConsumers)) / 8 * 8 > 232
-                                           ? 232
-                                           : ((65536 - 128 * 40) / (128 * kConsumers)) / 8 * 8;
+  // Registers per consumer thread after the producer gives most of its own back (setmaxnreg). The
+  // pool is what the launch allocated (65536 / kThreads per thread, a multiple of 8, at most 255);
+  // asking for more than it holds hangs setmaxnreg.inc. Two consumers: 168 x 384 = 128 x 40 + 256 x 232.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kLaunchRegs = (65536 / kThreads > 255 ? 255 : 65536 / kThreads) / 8 * 8;
+  static constexpr int kPoolRegs = kLaunchRegs * kThreads - 128 * kProducerRegs;
+  static constexpr int kConsumerRegs = kPoolRegs / (128 * kConsumers) / 8 * 8 > 232 ? 232 : kPoolRegs / (128 * kConsumers) / 8 * 8;
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kSBytes = kBlockM * 4;
   static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // TMA counts OOB-filled bytes too
-  // [A x stages][B x stages][scales x stages][full bars][empty bars]; tiles 1024-byte aligned (SW128).
+  // [A x stages][B x stages][A scales x stages][epilogue][full bars][empty bars][B scales x stages];
+  // tiles 1024-byte aligned (SW128).
   // bf16 output leaves through shared memory and TMA stores: per consumer warpgroup 64 x 32 boxes,
   // 64-byte swizzled (conflict-free writes from the accumulator layout).
   static constexpr int kEpiBytes = kTmaStore ? kBlockM * kBlockN * 2 : 0;
   static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes) + 1023) / 1024 * 1024;  // SW128 base
   static constexpr int kBarOffset = kEpiOffset + kEpiBytes;
-  static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kBarOffset + 3 * kStages * 8 + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
 };
 
@@ -121,6 +129,12 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uin
 __device__ __forceinline__ float lds_f32(uint32_t smem_addr) {  // a plain C++ read would be a generic LD
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr) : "memory");
+  return v;
+}
+
+// An opaque copy: the compiler must keep the value in a register rather than rematerialise it.
+__device__ __forceinline__ uint32_t pinned(uint32_t v) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(v));
   return v;
 }
 
@@ -235,6 +249,10 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
   uint8_t* epilogue = smem + C::kEpiOffset;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOffset);
   uint64_t* empty = full + kStages;
+  // The tile's two B scales (its 128-block of N and the next) for each stage's K block, written by the
+  // producer: a consumer reads them from shared memory at a uniform address, with no global load or
+  // address arithmetic on its issue path.
+  float* scales_b = reinterpret_cast<float*>(empty + kStages);
 
   const int warpgroup = threadIdx.x / 128;
   const int kb_total = p.k / kBlockK;
@@ -244,7 +262,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
+      mbar_init(&full[s], C::kScalesBInStage ? 2 : 1);  // the TMA thread (and the B-scale warp)
       // One arrival per consumer warp of every CTA whose B half lands in this stage.
       mbar_init(&empty[s], kCluster * kConsumers * 4);
     }
@@ -260,16 +278,46 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
   else __syncthreads();
 
   if (warpgroup == kConsumers) {  // producer warpgroup: the last one
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (threadIdx.x == kConsumers * 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(C::kProducerRegs));
+    // With kScalesBInStage, each stage's full barrier takes two arrivals: the TMA thread's (with the byte count) and the
+    // B-scale warp's, after it stored the stage's B scales (an arrive releases them to the
+    // consumers). A warp of its own, because the producer keeps 40 registers and because its lanes
+    // load 32 K blocks' scales at once: one load latency per 32 stages, not one per stage.
+    const int producer_warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    if ((producer_warp == 0 && lane == 0) || (C::kScalesBInStage && producer_warp == 1)) {
       Ring<kStages> ring;
       for (int t = first_tile; t < num_tiles; t += tile_stride) {
         const Tile tile = tile_at<kCluster, C::kAlongN>(p, t, rank);
         const int kb_begin = tile.split * p.kb_per_split;
         const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
+        if (C::kScalesBInStage && producer_warp == 1) {
+          // Rows of the 128-block holding the tile's first column and of the next one (a 192-wide
+          // tile straddles two; past N it repeats the first row). A tile wholly past N (the odd one
+          // out of an N pair) reads the last row; its columns are masked either way.
+          const int n_row = min(tile.n_block * kBlockN, p.n - 1) / kBlockK;
+          const float* sb_row0 = p.b_scale + n_row * p.sb_ld;
+          const float* sb_row1 = (n_row + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
+          for (int kb0 = kb_begin; kb0 < kb_end; kb0 += 32) {
+            const int mine = kb0 + lane, count = min(32, kb_end - kb0);
+            const float mine0 = mine < kb_end ? __ldg(sb_row0 + mine) : 0.0f;
+            const float mine1 = !C::kUniformScaleB && mine < kb_end ? __ldg(sb_row1 + mine) : 0.0f;
+            for (int i = 0; i < count; ++i, ring.advance()) {
+              const int s = ring.stage;
+              const float sb0 = __shfl_sync(~0u, mine0, i), sb1 = __shfl_sync(~0u, mine1, i);
+              if (lane == 0) {
+                mbar_wait(&empty[s], ring.phase ^ 1);  // a fresh barrier passes the first round
+                scales_b[2 * s] = sb0;
+                if constexpr (!C::kUniformScaleB) scales_b[2 * s + 1] = sb1;
+                mbar_arrive(&full[s]);
+              }
+              __syncwarp();
+            }
+          }
+          continue;
+        }
         for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
           const int s = ring.stage;
-          mbar_wait(&empty[s], ring.phase ^ 1);  // a fresh barrier passes the first round
+          mbar_wait(&empty[s], ring.phase ^ 1);
           mbar_expect_tx(&full[s], C::kTxBytes);
           if constexpr (C::kAlongN) {  // this CTA's half of A, into both CTAs
             constexpr int kRows = C::kBlockM / kCluster;
@@ -302,19 +350,17 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
   // in uniform registers: the issue path per K block is then a few adds, not address conversions.
   const uint32_t a_desc_base = __shfl_sync(~0u, sw128_desc_lo(smem_u32(tiles_a + warpgroup * kSub * 64 * kBlockK)), 0);
   const uint32_t b_desc_base = __shfl_sync(~0u, sw128_desc_lo(smem_u32(tiles_b)), 0);
-  const uint32_t scale_addr = smem_u32(scales + row_in_tile);  // + 32 bytes: row_in_tile + 8
+  // 256-row tiles: pinned in a register (the compiler otherwise recomputes it from threadIdx in every
+  // K block; the two-accumulator loop has no register to spare for it).
+  const uint32_t scale_addr = kSub > 1 ? pinned(smem_u32(scales + row_in_tile)) : smem_u32(scales + row_in_tile);
+  const uint32_t scale_b_addr = smem_u32(scales_b);
   Ring<kStages> ring;
   for (int t = first_tile; t < num_tiles; t += tile_stride) {
     const Tile tile = tile_at<kCluster, C::kAlongN>(p, t, rank);
     const int kb_begin = tile.split * p.kb_per_split;
     const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
     const int n_first = tile.n_block * kBlockN;
-    // B scales: row of the 128-block holding the tile's first column, and of the next one (a
-    // 192-wide tile straddles two; past N it repeats the first row). A tile wholly past N (the odd
-    // one out of an N pair) reads the last row; its columns are masked either way.
-    const int n_row = min(n_first, p.n - 1) / kBlockK;
-    const float* sb_row0 = p.b_scale + n_row * p.sb_ld;
-    const float* sb_row1 = (n_row + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
+    const float* sb_row0 = p.b_scale + min(n_first, p.n - 1) / kBlockK * p.sb_ld;  // the two-set loop's B scales
     float total[kSub][C::kAcc], acc[C::kAcc];
 #pragma unroll
     for (int i = 0; i < kSub * C::kAcc; ++i) total[i / C::kAcc][i % C::kAcc] = 0.0f;
@@ -333,18 +379,12 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
     // promotion has no per-column selects).
     auto mainloop = [&](auto former) {
       constexpr int kFormer = decltype(former)::value;
-      // Nothing the wgmmas do not need is waited for before they are issued: B scales are fetched
-      // one K block ahead, and the A scales are read from the stage while the tensor core runs.
-      float sb0_next = __ldg(sb_row0 + kb_begin);
-      float sb1_next = kFormer < C::kGroups ? __ldg(sb_row1 + kb_begin) : 0.0f;
+      // The scales are read from the stage while the tensor core runs.
       for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
         const int s = ring.stage;
-        const float sb0 = sb0_next, sb1 = sb1_next;
-        if (kb + 1 < kb_end) {
-          sb0_next = __ldg(sb_row0 + kb + 1);
-          if constexpr (kFormer < C::kGroups) sb1_next = __ldg(sb_row1 + kb + 1);
-        }
         mbar_wait(&full[s], ring.phase);
+        const float sb0 = lds_f32(scale_b_addr + s * 8);
+        const float sb1 = kFormer < C::kGroups ? lds_f32(scale_b_addr + s * 8 + 4) : 0.0f;
         const uint32_t a_lo = a_desc_base + s * (C::kABytes >> 4), b_lo = b_desc_base + s * (C::kBBytes >> 4);
 #pragma unroll
         for (int slice = 0; slice < kSub; ++slice) {

@@ -123,7 +123,6 @@ void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params
     case 21281: return launch_tiles<2, 128, 1>(args, p, plan.grid, stream, dev);
     case 21282: return launch_tiles<2, 128, 2>(args, p, plan.grid, stream, dev);
     case 21921: return launch_tiles<2, 192, 1>(args, p, plan.grid, stream, dev);
-    case 21922: return launch_tiles<2, 192, 2>(args, p, plan.grid, stream, dev);
     case 31281: return launch_tiles<3, 128, 1>(args, p, plan.grid, stream, dev);
     case 41281: return launch_tiles<2, 128, 1, 2>(args, p, plan.grid, stream, dev);
     case 41282: return launch_tiles<2, 128, 2, 2>(args, p, plan.grid, stream, dev);
