@@ -263,8 +263,9 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], C::kScalesBInStage ? 2 : 1);  // the TMA thread (and the B-scale warp)
-      // One arrival per consumer warp of every CTA whose B half lands in this stage.
-      mbar_init(&empty[s], kCluster * kConsumers * 4);
+      // One arrival per consumer warp (per consumer thread where the stage holds B scales: each
+      // thread's arrive then releases its own reads of them) of every CTA whose half lands here.
+      mbar_init(&empty[s], kCluster * kConsumers * (C::kScalesBInStage ? 128 : 4));
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -397,7 +398,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
           const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256);
           const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256 + 32);
           asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-          if (slice == kSub - 1 && lane == 0) release(s);
+          if (slice == kSub - 1) release(s);  // every thread: see the empty barrier's count
           const float lo0 = sa_lo * sb0, hi0 = sa_hi * sb0, lo1 = sa_lo * sb1, hi1 = sa_hi * sb1;
           // Accumulator layout: register 4g + {0,1} is row (lane/4), 4g + {2,3} row (lane/4 + 8).
 #pragma unroll
