@@ -80,7 +80,8 @@ struct Cfg {
   static constexpr int kProducerRegs = 40;
   static constexpr int kLaunchRegs = (65536 / kThreads > 255 ? 255 : 65536 / kThreads) / 8 * 8;
   static constexpr int kPoolRegs = kLaunchRegs * kThreads - 128 * kProducerRegs;
-  static constexpr int kConsumerRegs = kPoolRegs / (128 * kConsumers) / 8 * 8 > 232 ? 232 : kPoolRegs / (128 * kConsumers) / 8 * 8;
+  static constexpr int kConsumerRegsFit = kPoolRegs / (128 * kConsumers) / 8 * 8;
+  static constexpr int kConsumerRegs = kConsumerRegsFit > 232 ? 232 : kConsumerRegsFit;
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kSBytes = kBlockM * 4;
@@ -280,10 +281,10 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
 
   if (warpgroup == kConsumers) {  // producer warpgroup: the last one
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(C::kProducerRegs));
-    // With kScalesBInStage, each stage's full barrier takes two arrivals: the TMA thread's (with the byte count) and the
-    // B-scale warp's, after it stored the stage's B scales (an arrive releases them to the
-    // consumers). A warp of its own, because the producer keeps 40 registers and because its lanes
-    // load 32 K blocks' scales at once: one load latency per 32 stages, not one per stage.
+    // With kScalesBInStage, each stage's full barrier takes two arrivals: the TMA thread's (with the
+    // byte count) and the B-scale warp's, after it stored the stage's B scales (an arrive releases
+    // them to the consumers). A warp of its own, because the producer keeps 40 registers and because
+    // its lanes load 32 K blocks' scales at once: one load latency per 32 stages, not one per stage.
     const int producer_warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     if ((producer_warp == 0 && lane == 0) || (C::kScalesBInStage && producer_warp == 1)) {
       Ring<kStages> ring;
@@ -376,6 +377,16 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         mbar_arrive(&empty[s]);
       }
     };
+    // One K block of stage s for the warpgroup's 64-row slice `slice`, into a fresh accumulator.
+    auto issue = [&](float (&into)[C::kAcc], int s, int slice) {
+      const uint32_t a_lo = a_desc_base + s * (C::kABytes >> 4) + slice * (64 * kBlockK >> 4);
+      const uint32_t b_lo = b_desc_base + s * (C::kBBytes >> 4);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < kBlockK / 32; ++ks)  // K advances 32 bytes inside the 128-byte swizzle atom
+        wgmma_e4m3(into, sw128_desc(a_lo + ks * 2), sw128_desc(b_lo + ks * 2), ks > 0);
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
     // kFormer: 8-column groups that take the first B scale (a compile-time constant, so the
     // promotion has no per-column selects).
     auto mainloop = [&](auto former) {
@@ -386,15 +397,9 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         mbar_wait(&full[s], ring.phase);
         const float sb0 = lds_f32(scale_b_addr + s * 8);
         const float sb1 = kFormer < C::kGroups ? lds_f32(scale_b_addr + s * 8 + 4) : 0.0f;
-        const uint32_t a_lo = a_desc_base + s * (C::kABytes >> 4), b_lo = b_desc_base + s * (C::kBBytes >> 4);
 #pragma unroll
         for (int slice = 0; slice < kSub; ++slice) {
-          const uint32_t a_slice = a_lo + slice * (64 * kBlockK >> 4);
-          asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-          for (int ks = 0; ks < kBlockK / 32; ++ks)  // K advances 32 bytes inside the 128-byte swizzle atom
-            wgmma_e4m3(acc, sw128_desc(a_slice + ks * 2), sw128_desc(b_lo + ks * 2), ks > 0);
-          asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+          issue(acc, s, slice);
           const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256);
           const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256 + 32);
           asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -412,16 +417,6 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         }
       }
     };
-    // Up to 128 columns, two accumulator sets fit: K block i + 1 is issued into one while block i's
-    // promotion reads the other, so a warpgroup's FFMAs overlap its own tensor-core work.
-    auto issue = [&](float (&into)[C::kAcc], int s) {
-      const uint32_t a_lo = a_desc_base + s * (C::kABytes >> 4), b_lo = b_desc_base + s * (C::kBBytes >> 4);
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-      for (int ks = 0; ks < kBlockK / 32; ++ks)
-        wgmma_e4m3(into, sw128_desc(a_lo + ks * 2), sw128_desc(b_lo + ks * 2), ks > 0);
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    };
     // Promote the block in `from` (stage s, B scale sb) once at most `kInFlight` newer groups remain.
     auto finish = [&](auto in_flight, float (&from)[C::kAcc], int s, float sb) {
       const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4);
@@ -437,6 +432,8 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         total[0][4 * g + 3] += from[4 * g + 3] * hi;
       }
     };
+    // Up to 128 columns, two accumulator sets fit: K block i + 1 is issued into one while block i's
+    // promotion reads the other, so a warpgroup's FFMAs overlap its own tensor-core work.
     auto mainloop_overlapped = [&]() {
       float acc2[C::kAcc];
       const std::integral_constant<int, 1> one_newer;
@@ -447,7 +444,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         s = ring.stage;
         sb = __ldg(sb_row0 + kb_begin + j);
         mbar_wait(&full[s], ring.phase);
-        issue(into, s);
+        issue(into, s, 0);
         ring.advance();
       };
       int s_prev, s_cur;

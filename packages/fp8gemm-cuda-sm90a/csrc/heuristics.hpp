@@ -62,7 +62,7 @@ struct TileRate {
 constexpr TileRate kTileRates[] = {
     {1, 16, 300}, {1, 32, 450}, {1, 64, 615}, {1, 128, 690},        // 64-row tiles (one consumer)
     {2, 64, 840}, {2, 128, 1120}, {2, 192, 1150}, {3, 128, 1050},  // 128- and 192-row tiles
-    {4, 128, 1230},  // 256-row tiles: B scales from the stage, +4-5% over the 128 x 192 plan at 8192^3 and 4096x32768x512
+    {4, 128, 1230},  // 256-row tiles (B scales from the stage): +4-5% over 128 x 192 at 8192^3, 4096x32768x512
 };
 
 // Modelled run time (us) of one tile choice: whole waves of (tile x K split) work items at the
