@@ -387,8 +387,24 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         wgmma_e4m3(into, sw128_desc(a_lo + ks * 2), sw128_desc(b_lo + ks * 2), ks > 0);
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
-    // kFormer: 8-column groups that take the first B scale (a compile-time constant, so the
-    // promotion has no per-column selects).
+    // Adds one K block's accumulator to a slice's running total with both scales: the first kFormer
+    // 8-column groups take B scale sb0, the rest sb1 (kFormer is a compile-time constant, so there are
+    // no per-column selects). Accumulator layout: register 4g + {0,1} is row (lane/4), 4g + {2,3} row
+    // (lane/4 + 8).
+    auto promote = [&](auto former, float (&into)[C::kAcc], const float (&from)[C::kAcc], float sa_lo, float sa_hi,
+                       float sb0, float sb1) {
+      constexpr int kFormer = decltype(former)::value;
+      const float lo0 = sa_lo * sb0, hi0 = sa_hi * sb0, lo1 = sa_lo * sb1, hi1 = sa_hi * sb1;
+#pragma unroll
+      for (int g = 0; g < C::kGroups; ++g) {
+        const float lo = g < kFormer ? lo0 : lo1, hi = g < kFormer ? hi0 : hi1;
+        into[4 * g] += from[4 * g] * lo;
+        into[4 * g + 1] += from[4 * g + 1] * lo;
+        into[4 * g + 2] += from[4 * g + 2] * hi;
+        into[4 * g + 3] += from[4 * g + 3] * hi;
+      }
+    };
+    // One accumulator set: each slice's block is promoted before the next is issued.
     auto mainloop = [&](auto former) {
       constexpr int kFormer = decltype(former)::value;
       // The scales are read from the stage while the tensor core runs.
@@ -404,65 +420,53 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
           const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256 + 32);
           asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
           if (slice == kSub - 1) release(s);  // every thread: see the empty barrier's count
-          const float lo0 = sa_lo * sb0, hi0 = sa_hi * sb0, lo1 = sa_lo * sb1, hi1 = sa_hi * sb1;
-          // Accumulator layout: register 4g + {0,1} is row (lane/4), 4g + {2,3} row (lane/4 + 8).
-#pragma unroll
-          for (int g = 0; g < C::kGroups; ++g) {
-            const float lo = g < kFormer ? lo0 : lo1, hi = g < kFormer ? hi0 : hi1;
-            total[slice][4 * g] += acc[4 * g] * lo;
-            total[slice][4 * g + 1] += acc[4 * g + 1] * lo;
-            total[slice][4 * g + 2] += acc[4 * g + 2] * hi;
-            total[slice][4 * g + 3] += acc[4 * g + 3] * hi;
-          }
+          promote(former, total[slice], acc, sa_lo, sa_hi, sb0, sb1);
         }
       }
     };
-    // Promote the block in `from` (stage s, B scale sb) once at most `kInFlight` newer groups remain.
-    auto finish = [&](auto in_flight, float (&from)[C::kAcc], int s, float sb) {
-      const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4);
-      const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + 32);
-      asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(decltype(in_flight)::value) : "memory");
-      if (lane == 0) release(s);
-      const float lo = sa_lo * sb, hi = sa_hi * sb;
-#pragma unroll
-      for (int g = 0; g < C::kGroups; ++g) {
-        total[0][4 * g] += from[4 * g] * lo;
-        total[0][4 * g + 1] += from[4 * g + 1] * lo;
-        total[0][4 * g + 2] += from[4 * g + 2] * hi;
-        total[0][4 * g + 3] += from[4 * g + 3] * hi;
-      }
-    };
     // Up to 128 columns, two accumulator sets fit: K block i + 1 is issued into one while block i's
-    // promotion reads the other, so a warpgroup's FFMAs overlap its own tensor-core work.
+    // promotion reads the other, so a warpgroup's FFMAs overlap its own tensor-core work. One B scale
+    // per K block (these tiles never straddle two scale blocks), loaded from global memory.
     auto mainloop_overlapped = [&]() {
       float acc2[C::kAcc];
       const std::integral_constant<int, 1> one_newer;
       const std::integral_constant<int, 0> none_newer;
-      const int n = kb_end - kb_begin;
+      struct Block {
+        int s;
+        float sb;
+      };
       // Block j goes into acc (j even) or acc2 (j odd); named statically by unrolling pairs.
-      auto next = [&](float (&into)[C::kAcc], int j, int& s, float& sb) {
-        s = ring.stage;
-        sb = __ldg(sb_row0 + kb_begin + j);
-        mbar_wait(&full[s], ring.phase);
-        issue(into, s, 0);
+      auto next = [&](float (&into)[C::kAcc], int j, Block& b) {
+        b.s = ring.stage;
+        b.sb = __ldg(sb_row0 + kb_begin + j);
+        mbar_wait(&full[b.s], ring.phase);
+        issue(into, b.s, 0);
         ring.advance();
       };
-      int s_prev, s_cur;
-      float sb_prev, sb_cur;
-      next(acc, 0, s_prev, sb_prev);
+      // Promote the block in `from` once at most `in_flight` newer groups remain.
+      auto finish = [&](auto in_flight, const float (&from)[C::kAcc], const Block& b) {
+        const float sa_lo = lds_f32(scale_addr + b.s * C::kBlockM * 4);
+        const float sa_hi = lds_f32(scale_addr + b.s * C::kBlockM * 4 + 32);
+        asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(decltype(in_flight)::value) : "memory");
+        if (lane == 0) release(b.s);
+        promote(std::integral_constant<int, C::kGroups>{}, total[0], from, sa_lo, sa_hi, b.sb, 0.0f);
+      };
+      const int n = kb_end - kb_begin;
+      Block prev, cur;
+      next(acc, 0, prev);
       int j = 1;
       for (; j + 1 < n; j += 2) {
-        next(acc2, j, s_cur, sb_cur);
-        finish(one_newer, acc, s_prev, sb_prev);
-        next(acc, j + 1, s_prev, sb_prev);
-        finish(one_newer, acc2, s_cur, sb_cur);
+        next(acc2, j, cur);
+        finish(one_newer, acc, prev);
+        next(acc, j + 1, prev);
+        finish(one_newer, acc2, cur);
       }
       if (j < n) {  // an even block count leaves the last block for acc2
-        next(acc2, j, s_cur, sb_cur);
-        finish(one_newer, acc, s_prev, sb_prev);
-        finish(none_newer, acc2, s_cur, sb_cur);
+        next(acc2, j, cur);
+        finish(one_newer, acc, prev);
+        finish(none_newer, acc2, cur);
       } else {
-        finish(none_newer, acc, s_prev, sb_prev);
+        finish(none_newer, acc, prev);
       }
     };
     if constexpr (C::kOverlap) {
