@@ -16,6 +16,8 @@
 // 16..128 (one B scale per tile and K block; with one slice per warpgroup, two accumulator sets, so
 // the next K block is issued before this one is promoted) or 192 (a tile straddles two 128-wide
 // scale blocks: the first kFormer 8-column groups take the first one; one accumulator set fits).
+// bf16 tiles leave through shared memory and TMA stores; for 256-row tiles a third producer warp
+// issues those stores, so the consumers hand over their buffer and go straight on to the next tile.
 #pragma once
 
 #include <cuda.h>
@@ -73,6 +75,16 @@ struct Cfg {
   // them itself: it measured 6-15% slower with the stage copy (decode and 128 x 128 tiles).
   static constexpr bool kScalesBInStage = !kOverlap;
   static constexpr bool kTmaStore = kBlockN % 32 == 0;  // bf16 epilogue through 32-column TMA boxes
+  // Boxes of 64 columns (128-byte rows, 128-byte swizzle) spanning a warpgroup's rows: 2 TMA stores
+  // per warpgroup of a 256 x 128 tile instead of 8 (32-wide tiles keep 64 x 32 boxes).
+  static constexpr bool kWideStore = kBlockN % 64 == 0;
+  // 256-row tiles hand their epilogue buffer to a producer warp that issues the TMA stores and waits
+  // for them, so no consumer warp lags behind its warpgroup into the next tile's first wgmma.
+  static constexpr bool kStoreWarp = kTmaStore && kSub == 2;
+  // 256-row tiles release a stage with one arrive per consumer warp (lane 0's, after it alone read the
+  // stage's B scales) rather than one per thread: +1-3% at M = 4096; the 192-wide tiles measured 2%
+  // slower with it (two extra shuffles in a shorter K loop), so they keep per-thread arrivals.
+  static constexpr bool kLane0Release = kSub == 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg). The
   // pool is what the launch allocated (65536 / kThreads per thread, a multiple of 8, at most 255);
@@ -220,6 +232,9 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   return tile;
 }
 
+// Named barriers of the store-warp epilogue (the per-warpgroup ones are 1 + warpgroup).
+constexpr int kEpiFullBar = 4, kEpiFreeBar = 8;
+
 // Pipeline position: stage index and the parity of its current round, advanced together (no
 // division on the consumers' issue path).
 template <int kStages>
@@ -233,6 +248,32 @@ struct Ring {
 
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
+// One consumer warpgroup's bf16 tile from its epilogue buffer to global memory (one thread).
+template <typename C, int kBlockN, int kSub>
+__device__ __forceinline__ void store_warpgroup_tile(const CUtensorMap* map_out, const uint8_t* buf, const Params& p,
+                                                     int m_block, int n_first, int warpgroup) {
+  if constexpr (C::kWideStore) {
+    const int row = m_block * C::kBlockM + warpgroup * kSub * 64;
+    if (row < p.m) {
+#pragma unroll
+      for (int c = 0; c < kBlockN / 64; ++c)
+        if (n_first + 64 * c < p.n) tma_store_2d(map_out, buf + c * (kSub * 64 * 128), n_first + 64 * c, row);
+    }
+  } else {
+#pragma unroll
+    for (int slice = 0; slice < kSub; ++slice) {
+      const int row = m_block * C::kBlockM + (warpgroup * kSub + slice) * 64;
+      if (row < p.m) {
+#pragma unroll
+        for (int c = 0; c < kBlockN / 32; ++c)
+          if (n_first + 32 * c < p.n)
+            tma_store_2d(map_out, buf + slice * 64 * kBlockN * 2 + c * 64 * 64, n_first + 32 * c, row);
+      }
+    }
+  }
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 template <int kConsumers, int kBlockN, int kCluster, int kSub>
@@ -264,9 +305,10 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], C::kScalesBInStage ? 2 : 1);  // the TMA thread (and the B-scale warp)
-      // One arrival per consumer warp (per consumer thread where the stage holds B scales: each
-      // thread's arrive then releases its own reads of them) of every CTA whose half lands here.
-      mbar_init(&empty[s], kCluster * kConsumers * (C::kScalesBInStage ? 128 : 4));
+      // One arrival per consumer warp (per consumer thread where the stage holds B scales read by
+      // every thread: each thread's arrive then releases its own reads of them) of every CTA whose
+      // half lands here.
+      mbar_init(&empty[s], kCluster * kConsumers * (C::kScalesBInStage && !C::kLane0Release ? 128 : 4));
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -338,6 +380,27 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
           }
         }
       }
+    }
+    if (C::kStoreWarp && producer_warp == 2 && !p.partial && !p.out_fp32) {
+      // The store warp. Per tile: hand every consumer warpgroup its buffer (once the TMA engine has
+      // read the last tile's out of it: one free arrival per tile, matching the consumers' one wait),
+      // then wait for each buffer to be written and store it.
+      const bool issuer = lane == 0;
+      for (int t = first_tile; t < num_tiles; t += tile_stride) {
+        const Tile tile = tile_at<kCluster, C::kAlongN>(p, t, rank);
+        if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the last tile's reads
+        __syncwarp();
+#pragma unroll
+        for (int wg = 0; wg < kConsumers; ++wg) asm volatile("bar.arrive %0, 160;" ::"r"(kEpiFreeBar + wg) : "memory");
+#pragma unroll
+        for (int wg = 0; wg < kConsumers; ++wg) {
+          asm volatile("bar.sync %0, 160;" ::"r"(kEpiFullBar + wg) : "memory");
+          if (issuer)
+            store_warpgroup_tile<C, kBlockN, kSub>(&map_out, epilogue + wg * kSub * 64 * kBlockN * 2, p, tile.m_block,
+                                                   tile.n_block * kBlockN, wg);
+        }
+      }
+      if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // shared memory outlives the reads
     }
     if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still write to it
     return;
@@ -411,15 +474,34 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
       for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
         const int s = ring.stage;
         mbar_wait(&full[s], ring.phase);
-        const float sb0 = lds_f32(scale_b_addr + s * 8);
-        const float sb1 = kFormer < C::kGroups ? lds_f32(scale_b_addr + s * 8 + 4) : 0.0f;
+        // With kLane0Release, lane 0 alone reads the B scales (the B-scale warp's plain stores) and
+        // shares them, so the one arrive that releases the stage, lane 0's, follows every read of them.
+        float sb0 = 0.0f, sb1 = 0.0f;
+        if constexpr (C::kLane0Release) {
+          if (lane == 0) {
+            sb0 = lds_f32(scale_b_addr + s * 8);
+            if (kFormer < C::kGroups) sb1 = lds_f32(scale_b_addr + s * 8 + 4);
+          }
+          sb0 = __shfl_sync(~0u, sb0, 0);
+          if (kFormer < C::kGroups) sb1 = __shfl_sync(~0u, sb1, 0);
+        } else {
+          sb0 = lds_f32(scale_b_addr + s * 8);
+          if (kFormer < C::kGroups) sb1 = lds_f32(scale_b_addr + s * 8 + 4);
+        }
 #pragma unroll
         for (int slice = 0; slice < kSub; ++slice) {
           issue(acc, s, slice);
           const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256);
           const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256 + 32);
           asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-          if (slice == kSub - 1) release(s);  // every thread: see the empty barrier's count
+          if (slice == kSub - 1) {
+            if constexpr (C::kLane0Release) {
+              __syncwarp();
+              if (lane == 0) release(s);
+            } else {
+              release(s);  // every thread: see the empty barrier's count
+            }
+          }
           promote(former, total[slice], acc, sa_lo, sa_hi, sb0, sb1);
         }
       }
@@ -490,45 +572,47 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
     // Epilogue: register 4g + j holds column 8g + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).
     if constexpr (C::kTmaStore) {
       if (!p.partial && !p.out_fp32) {
-        // bf16: stage each of the warpgroup's 64 x BLOCK_N slices in shared memory as 64 x 32 boxes,
-        // then one thread hands them to the TMA engine (rows past M, columns past N are clipped by
-        // the tensor map) and the warpgroup moves on to its next tile while the copies drain.
+        // bf16: stage the warpgroup's 64 kSub x BLOCK_N rows in shared memory as TMA boxes, then one
+        // thread (of the warpgroup, or the store warp) hands them to the TMA engine (rows past M,
+        // columns past N are clipped by the tensor map) and the warpgroup moves on to its next tile
+        // while the copies drain.
         uint8_t* buf = epilogue + warpgroup * kSub * 64 * kBlockN * 2;
         const bool issuer = threadIdx.x % 128 == 0;
-        if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // buffer free again
-        asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+        if constexpr (C::kStoreWarp) {  // the store warp read the buffer out
+          asm volatile("bar.sync %0, 160;" ::"r"(kEpiFreeBar + warpgroup) : "memory");
+        } else {
+          if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // buffer free again
+          asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+        }
         // stmatrix x4 writes four 8 x 8 bf16 matrices whose fragments are the accumulator layout:
         // (group g, rows 0-7), (g, rows 8-15), (g + 1, rows 0-7), (g + 1, rows 8-15); lane l
         // gives the address of row l % 8 of matrix l / 8.
         const int q = lane / 8, r = warp * 16 + (q % 2) * 8 + lane % 8;
-        const uint32_t row_addr = smem_u32(buf) + r * 64, swz = (r >> 1) & 3;
+        const uint32_t buf_addr = smem_u32(buf);
+        // This lane's 16-byte chunk of 8-column group `group` in slice `slice`; conflict-free.
+        auto chunk_addr = [&](int slice, int group) -> uint32_t {
+          if constexpr (C::kWideStore)  // boxes of all 64 kSub rows x 64 columns, 128-byte rows: chunk ^ row % 8
+            return buf_addr + (group / 8) * (kSub * 64 * 128) + (slice * 64 + r) * 128 + (((group % 8) ^ (r % 8)) << 4);
+          else  // per slice, 64 x 32 boxes of 64-byte rows: chunk ^ (row / 2) % 4
+            return buf_addr + slice * 64 * kBlockN * 2 + (group / 4) * 64 * 64 + r * 64 +
+                   (((group % 4) ^ ((r >> 1) & 3)) << 4);
+        };
 #pragma unroll
         for (int slice = 0; slice < kSub; ++slice) {
           const float* v = total[slice];
 #pragma unroll
-          for (int g = 0; g < C::kGroups; g += 2) {
-            const int group = g + q / 2;  // the 8-column group this lane addresses
-            const uint32_t addr = row_addr + slice * 64 * kBlockN * 2 + (group / 4) * 64 * 64 +
-                                  (((group % 4) ^ swz) << 4);  // slice, box, 16-B chunk
-            stmatrix_x4(addr, pack_bf16(v[4 * g], v[4 * g + 1]), pack_bf16(v[4 * g + 2], v[4 * g + 3]),
-                        pack_bf16(v[4 * g + 4], v[4 * g + 5]), pack_bf16(v[4 * g + 6], v[4 * g + 7]));
-          }
+          for (int g = 0; g < C::kGroups; g += 2)
+            stmatrix_x4(chunk_addr(slice, g + q / 2), pack_bf16(v[4 * g], v[4 * g + 1]),
+                        pack_bf16(v[4 * g + 2], v[4 * g + 3]), pack_bf16(v[4 * g + 4], v[4 * g + 5]),
+                        pack_bf16(v[4 * g + 6], v[4 * g + 7]));
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the TMA engine
-        asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
-        if (issuer) {
-#pragma unroll
-          for (int slice = 0; slice < kSub; ++slice) {
-            const int row = tile.m_block * C::kBlockM + (warpgroup * kSub + slice) * 64;
-            if (row < p.m) {
-#pragma unroll
-              for (int c = 0; c < kBlockN / 32; ++c)
-                if (n_first + 32 * c < p.n)
-                  tma_store_2d(&map_out, buf + slice * 64 * kBlockN * 2 + c * 64 * 64, n_first + 32 * c, row);
-            }
-          }
-          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        if constexpr (C::kStoreWarp) {  // hand the buffer to the store warp; no wait here
+          asm volatile("bar.arrive %0, 160;" ::"r"(kEpiFullBar + warpgroup) : "memory");
+          continue;
         }
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
+        if (issuer) store_warpgroup_tile<C, kBlockN, kSub>(&map_out, buf, p, tile.m_block, n_first, warpgroup);
         continue;
       }
     }
@@ -555,7 +639,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
     }
   }
   // Shared memory must outlive the last TMA store's reads.
-  if (C::kTmaStore && threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  if (C::kTmaStore && !C::kStoreWarp && threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   if constexpr (kCluster > 1) cluster_sync();
 }
 

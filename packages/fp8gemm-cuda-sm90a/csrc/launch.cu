@@ -102,11 +102,13 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaS
     }
     config.gridDim = dim3(std::min(grid, max_clusters[dev] * kCluster));
   }
-  // bf16 output: TMA stores of 64-row x 32-column boxes, 64-byte swizzled. (Unused for fp32 out,
-  // split-K and 16-wide tiles, but a map over the real output is always valid to encode.)
+  // bf16 output: TMA stores of 64-column boxes over a consumer warpgroup's rows, 128-byte swizzled
+  // (32-wide tiles: 64 x 32 boxes, 64-byte swizzled). Unused for fp32 out, split-K and 16-wide
+  // tiles, but a map over the real output is always valid to encode.
   const CUtensorMap map_out = make_map(reinterpret_cast<void*>(a.out), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.n, a.m,
-                                       a.out_kind == fp8gemm::kOutFP32 ? 2 * a.ldo : a.ldo, 32, 64,
-                                       CU_TENSOR_MAP_SWIZZLE_64B);
+                                       a.out_kind == fp8gemm::kOutFP32 ? 2 * a.ldo : a.ldo,
+                                       C::kWideStore ? 64 : 32, C::kWideStore ? 64 * kSub : 64,
+                                       C::kWideStore ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
   check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
 }
 
