@@ -8,7 +8,8 @@
 // one m block, sharing A). Per CTA, one producer warpgroup (one
 // thread issues TMA) fills a ring of kStages shared-memory stages, each holding one 128-wide K
 // block of A (BLOCK_M x 128), B (BLOCK_N x 128) and A's scales (BLOCK_M floats; for the one-set
-// loop, a second producer warp adds the tile's B scales); kConsumers
+// loop, a second producer warp writes the tile's B scales ahead, in segments of 64 K blocks);
+// kConsumers
 // warpgroups of kSub 64-row slices each (kSub = 2: 256-row tiles from two warpgroups) multiply a
 // stage with four wgmma m64nNk32 (N = BLOCK_N) per slice into a fresh fp32 accumulator, release the
 // stage, and promote the accumulator into the slice's running total with both scales (the tensor
@@ -42,11 +43,16 @@ struct Params {
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks (L2 reuse)
 };
 
+// B-scale segments: the B scales of up to kSegKb K blocks of a tile (two 128-row blocks of N), double
+// buffered, behind a full and an empty barrier each.
+constexpr int kSegKb = 64;
+constexpr int kSegBytes = 4 * 8 + 2 * 2 * kSegKb * 4;
+
 // Pipeline depth: as many stages as shared memory holds next to the epilogue buffer, at most 12.
 constexpr int stages_for(int block_m, int block_n) {
   const int per_stage = block_m * kBlockK + block_n * kBlockK + block_m * 4;
   const int epilogue = block_n % 32 == 0 ? block_m * block_n * 2 : 0;
-  const int fit = (227 * 1024 - 2048 - epilogue - 3 * 12 * 8) / per_stage;  // 2048: alignment; barriers, B scales
+  const int fit = (227 * 1024 - 2048 - epilogue - 2 * 12 * 8 - kSegBytes) / per_stage;  // 2048: alignment; barriers
   return fit < 12 ? fit : 12;
 }
 
@@ -70,10 +76,12 @@ struct Cfg {
   // Two accumulator sets (see mainloop_overlapped) fit the registers up to 128 columns and 2
   // consumers.
   static constexpr bool kOverlap = kBlockN <= kBlockK && kConsumers <= 2 && kSub == 1;
-  // The one-set loop reads its B scales from the stage (a producer warp stores them): fewer
-  // instructions per K block, +3-10% on the 256-row and 192-wide tiles. The two-set loop loads
-  // them itself: it measured 6-15% slower with the stage copy (decode and 128 x 128 tiles).
-  static constexpr bool kScalesBInStage = !kOverlap;
+  // The one-set loop reads its B scales from shared-memory segments that a producer warp fills
+  // ahead (kSegKb K blocks at a time), each K block's before it waits for the stage, so the scale
+  // product is ready when the wgmma is issued: +1-4% on the 256-row tiles over a per-stage copy
+  // (itself +3-10% over loads in the consumers). The two-set loop loads them itself: it measured
+  // 6-15% slower with the stage copy (decode and 128 x 128 tiles).
+  static constexpr bool kSegmentScalesB = !kOverlap;
   static constexpr bool kTmaStore = kBlockN % 32 == 0;  // bf16 epilogue through 32-column TMA boxes
   // Boxes of 64 columns (128-byte rows, 128-byte swizzle) spanning a warpgroup's rows: 2 TMA stores
   // per warpgroup of a 256 x 128 tile instead of 8 (32-wide tiles keep 64 x 32 boxes).
@@ -81,9 +89,8 @@ struct Cfg {
   // 256-row tiles hand their epilogue buffer to a producer warp that issues the TMA stores and waits
   // for them, so no consumer warp lags behind its warpgroup into the next tile's first wgmma.
   static constexpr bool kStoreWarp = kTmaStore && kSub == 2;
-  // 256-row tiles release a stage with one arrive per consumer warp (lane 0's, after it alone read the
-  // stage's B scales) rather than one per thread: +1-3% at M = 4096; the 192-wide tiles measured 2%
-  // slower with it (two extra shuffles in a shorter K loop), so they keep per-thread arrivals.
+  // The one-set loop's stage release: one arrive per consumer warp (lane 0's) on 256-row tiles,
+  // one per thread elsewhere (the configurations measured best; the two-set loop: per warp).
   static constexpr bool kLane0Release = kSub == 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg). The
@@ -98,14 +105,15 @@ struct Cfg {
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kSBytes = kBlockM * 4;
   static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // TMA counts OOB-filled bytes too
-  // [A x stages][B x stages][A scales x stages][epilogue][full bars][empty bars][B scales x stages];
-  // tiles 1024-byte aligned (SW128).
+  // [A x stages][B x stages][A scales x stages][epilogue][full bars][empty bars][B-scale segment bars,
+  // segments]; tiles 1024-byte aligned (SW128).
   // bf16 output leaves through shared memory and TMA stores: per consumer warpgroup 64 x 32 boxes,
   // 64-byte swizzled (conflict-free writes from the accumulator layout).
   static constexpr int kEpiBytes = kTmaStore ? kBlockM * kBlockN * 2 : 0;
   static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes) + 1023) / 1024 * 1024;  // SW128 base
   static constexpr int kBarOffset = kEpiOffset + kEpiBytes;
-  static constexpr int kSmemBytes = kBarOffset + 3 * kStages * 8 + 1024;  // + alignment slack
+  static constexpr int kSegOffset = kBarOffset + 2 * kStages * 8;
+  static constexpr int kSmemBytes = kSegOffset + kSegBytes + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
 };
 
@@ -291,10 +299,12 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
   uint8_t* epilogue = smem + C::kEpiOffset;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOffset);
   uint64_t* empty = full + kStages;
-  // The tile's two B scales (its 128-block of N and the next) for each stage's K block, written by the
-  // producer: a consumer reads them from shared memory at a uniform address, with no global load or
-  // address arithmetic on its issue path.
-  float* scales_b = reinterpret_cast<float*>(empty + kStages);
+  // The one-set loop's B scales: segments of kSegKb K blocks, written by the B-scale warp ahead of the
+  // consumers, who read each K block's (the tile's 128-block of N and the next) before waiting for
+  // its stage.
+  uint64_t* seg_full = reinterpret_cast<uint64_t*>(smem + C::kSegOffset);
+  uint64_t* seg_empty = seg_full + 2;
+  float* seg_scales = reinterpret_cast<float*>(seg_empty + 2);  // [buffer][row][kSegKb]
 
   const int warpgroup = threadIdx.x / 128;
   const int kb_total = p.k / kBlockK;
@@ -304,11 +314,14 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], C::kScalesBInStage ? 2 : 1);  // the TMA thread (and the B-scale warp)
-      // One arrival per consumer warp (per consumer thread where the stage holds B scales read by
-      // every thread: each thread's arrive then releases its own reads of them) of every CTA whose
-      // half lands here.
-      mbar_init(&empty[s], kCluster * kConsumers * (C::kScalesBInStage && !C::kLane0Release ? 128 : 4));
+      mbar_init(&full[s], 1);  // the TMA thread's, with the byte count
+      // One arrival per consumer warp (per thread: see kLane0Release) of every CTA whose half lands
+      // here.
+      mbar_init(&empty[s], kCluster * kConsumers * (!C::kOverlap && !C::kLane0Release ? 128 : 4));
+    }
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(&seg_full[b], 32);                    // every lane of the B-scale warp
+      mbar_init(&seg_empty[b], kConsumers * 128);     // every consumer thread, after its last read
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -323,39 +336,37 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
 
   if (warpgroup == kConsumers) {  // producer warpgroup: the last one
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(C::kProducerRegs));
-    // With kScalesBInStage, each stage's full barrier takes two arrivals: the TMA thread's (with the
-    // byte count) and the B-scale warp's, after it stored the stage's B scales (an arrive releases
-    // them to the consumers). A warp of its own, because the producer keeps 40 registers and because
-    // its lanes load 32 K blocks' scales at once: one load latency per 32 stages, not one per stage.
+    // Warp 0: the TMA thread. Warp 1 (one-set loop): the B-scale warp, a warp of its own so that its
+    // lanes load a segment's scales at once, one load latency per segment. Warp 2 (256-row tiles):
+    // the store warp.
     const int producer_warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    if ((producer_warp == 0 && lane == 0) || (C::kScalesBInStage && producer_warp == 1)) {
+    if ((producer_warp == 0 && lane == 0) || (C::kSegmentScalesB && producer_warp == 1)) {
       Ring<kStages> ring;
+      int seg = 0;  // B-scale segments written so far
       for (int t = first_tile; t < num_tiles; t += tile_stride) {
         const Tile tile = tile_at<kCluster, C::kAlongN>(p, t, rank);
         const int kb_begin = tile.split * p.kb_per_split;
         const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
-        if (C::kScalesBInStage && producer_warp == 1) {
+        if (C::kSegmentScalesB && producer_warp == 1) {
           // Rows of the 128-block holding the tile's first column and of the next one (a 192-wide
           // tile straddles two; past N it repeats the first row). A tile wholly past N (the odd one
           // out of an N pair) reads the last row; its columns are masked either way.
           const int n_row = min(tile.n_block * kBlockN, p.n - 1) / kBlockK;
           const float* sb_row0 = p.b_scale + n_row * p.sb_ld;
           const float* sb_row1 = (n_row + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
-          for (int kb0 = kb_begin; kb0 < kb_end; kb0 += 32) {
-            const int mine = kb0 + lane, count = min(32, kb_end - kb0);
-            const float mine0 = mine < kb_end ? __ldg(sb_row0 + mine) : 0.0f;
-            const float mine1 = !C::kUniformScaleB && mine < kb_end ? __ldg(sb_row1 + mine) : 0.0f;
-            for (int i = 0; i < count; ++i, ring.advance()) {
-              const int s = ring.stage;
-              const float sb0 = __shfl_sync(~0u, mine0, i), sb1 = __shfl_sync(~0u, mine1, i);
-              if (lane == 0) {
-                mbar_wait(&empty[s], ring.phase ^ 1);  // a fresh barrier passes the first round
-                scales_b[2 * s] = sb0;
-                if constexpr (!C::kUniformScaleB) scales_b[2 * s + 1] = sb1;
-                mbar_arrive(&full[s]);
+          for (int kb0 = kb_begin; kb0 < kb_end; kb0 += kSegKb, ++seg) {
+            const int b = seg & 1;
+            mbar_wait(&seg_empty[b], ((seg >> 1) & 1) ^ 1);  // a fresh barrier passes the first round
+            float* dst = seg_scales + b * 2 * kSegKb;
+#pragma unroll 1  // the producer's 40 registers: one row pair of loads in flight at a time
+            for (int h = 0; h < kSegKb / 32; ++h) {
+              const int kb = kb0 + 32 * h + lane;
+              if (kb < kb_end) {
+                dst[32 * h + lane] = __ldg(sb_row0 + kb);
+                if constexpr (!C::kUniformScaleB) dst[kSegKb + 32 * h + lane] = __ldg(sb_row1 + kb);
               }
-              __syncwarp();
             }
+            mbar_arrive(&seg_full[b]);  // every lane: each releases its own stores
           }
           continue;
         }
@@ -418,8 +429,9 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
   // 256-row tiles: pinned in a register (the compiler otherwise recomputes it from threadIdx in every
   // K block; the two-accumulator loop has no register to spare for it).
   const uint32_t scale_addr = kSub > 1 ? pinned(smem_u32(scales + row_in_tile)) : smem_u32(scales + row_in_tile);
-  const uint32_t scale_b_addr = smem_u32(scales_b);
+  const uint32_t seg_scales_addr = smem_u32(seg_scales);
   Ring<kStages> ring;
+  int seg = 0;  // B-scale segments read so far
   for (int t = first_tile; t < num_tiles; t += tile_stride) {
     const Tile tile = tile_at<kCluster, C::kAlongN>(p, t, rank);
     const int kb_begin = tile.split * p.kb_per_split;
@@ -467,43 +479,42 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         into[4 * g + 3] += from[4 * g + 3] * hi;
       }
     };
-    // One accumulator set: each slice's block is promoted before the next is issued.
+    // One K block of the one-set loop, its B scales given: each slice's block is promoted before the
+    // next is issued.
+    auto one_block = [&](auto former, int s, float sb0, float sb1) {
+#pragma unroll
+      for (int slice = 0; slice < kSub; ++slice) {
+        issue(acc, s, slice);
+        const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256);
+        const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256 + 32);
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (slice == kSub - 1) {
+          if constexpr (C::kLane0Release) {
+            __syncwarp();
+            if (lane == 0) release(s);
+          } else {
+            release(s);  // every thread: see the empty barrier's count
+          }
+        }
+        promote(former, total[slice], acc, sa_lo, sa_hi, sb0, sb1);
+      }
+    };
+    // One accumulator set. The B scales come from the segments, each K block's read before its
+    // stage is waited for.
     auto mainloop = [&](auto former) {
       constexpr int kFormer = decltype(former)::value;
-      // The scales are read from the stage while the tensor core runs.
-      for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
-        const int s = ring.stage;
-        mbar_wait(&full[s], ring.phase);
-        // With kLane0Release, lane 0 alone reads the B scales (the B-scale warp's plain stores) and
-        // shares them, so the one arrive that releases the stage, lane 0's, follows every read of them.
-        float sb0 = 0.0f, sb1 = 0.0f;
-        if constexpr (C::kLane0Release) {
-          if (lane == 0) {
-            sb0 = lds_f32(scale_b_addr + s * 8);
-            if (kFormer < C::kGroups) sb1 = lds_f32(scale_b_addr + s * 8 + 4);
-          }
-          sb0 = __shfl_sync(~0u, sb0, 0);
-          if (kFormer < C::kGroups) sb1 = __shfl_sync(~0u, sb1, 0);
-        } else {
-          sb0 = lds_f32(scale_b_addr + s * 8);
-          if (kFormer < C::kGroups) sb1 = lds_f32(scale_b_addr + s * 8 + 4);
+      for (int kb0 = kb_begin; kb0 < kb_end; kb0 += kSegKb, ++seg) {
+        const int b = seg & 1, count = min(kSegKb, kb_end - kb0);
+        mbar_wait(&seg_full[b], (seg >> 1) & 1);
+        const uint32_t row0 = seg_scales_addr + b * 2 * kSegKb * 4;
+        for (int i = 0; i < count; ++i, ring.advance()) {
+          const float sb0 = lds_f32(row0 + 4 * i);
+          const float sb1 = kFormer < C::kGroups ? lds_f32(row0 + kSegKb * 4 + 4 * i) : 0.0f;
+          const int s = ring.stage;
+          mbar_wait(&full[s], ring.phase);
+          one_block(former, s, sb0, sb1);
         }
-#pragma unroll
-        for (int slice = 0; slice < kSub; ++slice) {
-          issue(acc, s, slice);
-          const float sa_lo = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256);
-          const float sa_hi = lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256 + 32);
-          asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-          if (slice == kSub - 1) {
-            if constexpr (C::kLane0Release) {
-              __syncwarp();
-              if (lane == 0) release(s);
-            } else {
-              release(s);  // every thread: see the empty barrier's count
-            }
-          }
-          promote(former, total[slice], acc, sa_lo, sa_hi, sb0, sb1);
-        }
+        mbar_arrive(&seg_empty[b]);  // every thread, after its last read of the segment
       }
     };
     // Up to 128 columns, two accumulator sets fit: K block i + 1 is issued into one while block i's
