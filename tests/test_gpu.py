@@ -90,3 +90,25 @@ def test_every_sm90a_tile_passes_conformance(tile):
     code = "from fp8gemm.cli import main; raise SystemExit(main(['check', '--backend', 'sm90a', '--random', '2']))"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+_LONG_K_CHECK = """
+import torch
+from fp8gemm import conformance
+for i, (m, n, k) in enumerate([(300, 400, 128 * 150), (130, 272, 128 * 131)]):
+    case = conformance.Case(m, n, k, torch.float32 if i % 2 else torch.bfloat16, i % 2 == 0, False)
+    r = conformance.run_case(case, "cuda", torch.float8_e4m3fn, "sm90a")
+    assert r.passed, (case.id, r.rel_err, r.detail)
+"""
+
+
+@pytest.mark.skipif("sm90a" not in GPU_BACKENDS, reason="fp8gemm-cuda-sm90a not installed")
+@pytest.mark.parametrize("splits", ["0", "2"])
+@pytest.mark.parametrize("tile", ["4,128", "2,192", "3,128"])
+def test_sm90a_long_k_over_several_scale_segments(tile, splits):
+    """The one-set loop stages the weight scales in segments of 64 K blocks: K of 131 and 150 blocks
+    (three segments, a partial last one; with split-K, segments that restart per split) against the
+    float64 oracle, with M and N tails."""
+    env = dict(os.environ, FP8GEMM_SM90A_TILE=tile, FP8GEMM_SM90A_SPLITS=splits)
+    proc = subprocess.run([sys.executable, "-c", _LONG_K_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
