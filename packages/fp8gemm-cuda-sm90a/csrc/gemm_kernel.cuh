@@ -82,7 +82,7 @@ struct Cfg {
   // (itself +3-10% over loads in the consumers). The two-set loop loads them itself: it measured
   // 6-15% slower with the stage copy (decode and 128 x 128 tiles).
   static constexpr bool kSegmentScalesB = !kOverlap;
-  static constexpr bool kTmaStore = kBlockN % 32 == 0;  // bf16 epilogue through 32-column TMA boxes
+  static constexpr bool kTmaStore = kBlockN % 32 == 0;  // bf16 epilogue through shared memory and TMA stores
   // Boxes of 64 columns (128-byte rows, 128-byte swizzle) spanning a warpgroup's rows: 2 TMA stores
   // per warpgroup of a 256 x 128 tile instead of 8 (32-wide tiles keep 64 x 32 boxes).
   static constexpr bool kWideStore = kBlockN % 64 == 0;
@@ -107,8 +107,8 @@ struct Cfg {
   static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // TMA counts OOB-filled bytes too
   // [A x stages][B x stages][A scales x stages][epilogue][full bars][empty bars][B-scale segment bars,
   // segments]; tiles 1024-byte aligned (SW128).
-  // bf16 output leaves through shared memory and TMA stores: per consumer warpgroup 64 x 32 boxes,
-  // 64-byte swizzled (conflict-free writes from the accumulator layout).
+  // bf16 output leaves through shared memory and TMA stores (boxes: see kWideStore; the swizzle
+  // keeps the stmatrix writes from the accumulator layout conflict-free).
   static constexpr int kEpiBytes = kTmaStore ? kBlockM * kBlockN * 2 : 0;
   static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes) + 1023) / 1024 * 1024;  // SW128 base
   static constexpr int kBarOffset = kEpiOffset + kEpiBytes;
