@@ -56,19 +56,32 @@ inline int splits_for(int64_t tiles, int kb_total, int sm_count) {
 // now rate above 128 x 192 on every large shape whose waves they fill.
 // Only the ranking matters: the fixed cost is the same for every candidate.
 struct TileRate {
-  int consumers, block_n;
+  int consumers, block_n, cluster;
   double tflops;
 };
 constexpr TileRate kTileRates[] = {
-    {1, 16, 300}, {1, 32, 450}, {1, 64, 615}, {1, 128, 690},        // 64-row tiles (one consumer)
-    {2, 64, 840}, {2, 128, 1120}, {2, 192, 1150}, {3, 128, 1050},  // 128- and 192-row tiles
-    {4, 128, 1230},  // 256-row tiles (B scales from the stage): +4-5% over 128 x 192 at 8192^3, 4096x32768x512
+    {1, 16, 1, 300}, {1, 32, 1, 450}, {1, 64, 1, 615}, {1, 128, 1, 690},        // 64-row tiles (one consumer)
+    {2, 64, 1, 840}, {2, 128, 1, 1120}, {2, 192, 1, 1150}, {3, 128, 1, 1050},  // 128- and 192-row tiles
+    {4, 128, 1, 1230},  // 256-row tiles (B scales from the stage): +4-5% over 128 x 192 at 8192^3, 4096x32768x512
+    // 256-row tiles in 2-CTA clusters along N multicasting A (DeepGEMM's layout here): once the store
+    // warp and the B-scale segments were in, +2% over 4,128 (geomean of seven M >= 4096 shapes) on two
+    // of three machines, a loss on three shapes on the third ("14_eighth_session").
+    {4, 128, 2, 1270},
 };
+
+// Work items of a tile choice: a cluster's tiles are whole pairs (along N for 256-row tiles, else
+// along M), so an odd block count computes one padding block.
+inline int64_t tiles_of(int64_t m, int64_t n, int consumers, int block_n, int cluster) {
+  int64_t m_blocks = ceil_div(m, 64 * consumers), n_blocks = ceil_div(n, block_n);
+  if (cluster > 1 && consumers == 4 && n_blocks >= cluster) n_blocks = ceil_div(n_blocks, cluster) * cluster;
+  if (cluster > 1 && consumers != 4 && m_blocks >= cluster) m_blocks = ceil_div(m_blocks, cluster) * cluster;
+  return m_blocks * n_blocks;
+}
 
 // Modelled run time (us) of one tile choice: whole waves of (tile x K split) work items at the
 // tile's rate, a fixed launch/fill cost, and for split-K the reduction launch and its fp32 partials.
 inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, int sm_count) {
-  const int64_t tiles = ceil_div(m, 64 * t.consumers) * ceil_div(n, t.block_n);
+  const int64_t tiles = tiles_of(m, n, t.consumers, t.block_n, t.cluster);
   const int kb_total = static_cast<int>(k / kBlockK);
   const int kb_per_split = static_cast<int>(ceil_div(kb_total, splits_for(tiles, kb_total, sm_count)));
   const int64_t splits = ceil_div(kb_total, kb_per_split);
@@ -80,18 +93,18 @@ inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, in
 }
 
 // The policy: the candidate with the smallest modelled time; 64-row tiles only for M <= 64
-// (decode), where the taller ones would compute padding. Clusters (2-CTA B multicast) measured no
-// faster, so 1. Off by 12% on 128x7168x16384 in the fitted sweep (2 x 128 with 2 K splits chosen,
-// 2 x 64 without splits measured faster): the model does not see that split-K costs more than its
-// reduction when the partials are large.
+// (decode), where the taller ones would compute padding. Of the clusters only the 256-row tiles'
+// A multicast is rated; B multicast measured no faster (128-row tiles; 64-row tiles at M = 128).
+// Off by 12% on 128x7168x16384 in the fitted sweep (2 x 128 with 2 K splits chosen, 2 x 64 without
+// splits measured faster): the model does not see that split-K costs more than its reduction when
+// the partials are large.
 inline void choose_tile(int64_t m, int64_t n, int64_t k, int sm_count, Plan& p) {
   double best = 0;
   for (const TileRate& t : kTileRates) {
     if (m <= 64 && t.consumers > 1) continue;
     const double us = modelled_us(m, n, k, t, sm_count);
-    if (best == 0 || us < best) best = us, p.consumers = t.consumers, p.block_n = t.block_n;
+    if (best == 0 || us < best) best = us, p.consumers = t.consumers, p.block_n = t.block_n, p.cluster = t.cluster;
   }
-  p.cluster = 1;
 }
 
 inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning& tuning = {}) {
