@@ -62,19 +62,22 @@ struct TileRate {
 constexpr TileRate kTileRates[] = {
     {1, 16, 1, 300}, {1, 32, 1, 450}, {1, 64, 1, 615}, {1, 128, 1, 690},        // 64-row tiles (one consumer)
     {2, 64, 1, 840}, {2, 128, 1, 1120}, {2, 192, 1, 1150}, {3, 128, 1, 1050},  // 128- and 192-row tiles
-    {4, 128, 1, 1230},  // 256-row tiles (B scales from the stage): +4-5% over 128 x 192 at 8192^3, 4096x32768x512
+    {4, 128, 1, 1230},  // 256-row tiles: +4-5% over 128 x 192 at 8192^3 and 4096x32768x512 when rated
     // 256-row tiles in 2-CTA clusters along N multicasting A (DeepGEMM's layout here): once the store
     // warp and the B-scale segments were in, +2% over 4,128 (geomean of seven M >= 4096 shapes) on two
     // of three machines, a loss on three shapes on the third ("14_eighth_session").
     {4, 128, 2, 1270},
 };
 
-// Work items of a tile choice: a cluster's tiles are whole pairs (along N for 256-row tiles, else
-// along M), so an odd block count computes one padding block.
+// gemm_kernel.cuh Cfg::kAlongN: 256-row tiles pair along N (sharing A), the others along M.
+inline bool pairs_along_n(int consumers) { return consumers == 4; }
+
+// Work items of a tile choice: a cluster's tiles are whole pairs, so an odd block count along the
+// paired dimension computes one padding block.
 inline int64_t tiles_of(int64_t m, int64_t n, int consumers, int block_n, int cluster) {
   int64_t m_blocks = ceil_div(m, 64 * consumers), n_blocks = ceil_div(n, block_n);
-  if (cluster > 1 && consumers == 4 && n_blocks >= cluster) n_blocks = ceil_div(n_blocks, cluster) * cluster;
-  if (cluster > 1 && consumers != 4 && m_blocks >= cluster) m_blocks = ceil_div(m_blocks, cluster) * cluster;
+  int64_t& paired = pairs_along_n(consumers) ? n_blocks : m_blocks;
+  if (cluster > 1 && paired >= cluster) paired = ceil_div(paired, cluster) * cluster;
   return m_blocks * n_blocks;
 }
 
@@ -115,7 +118,7 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   if (tuning.cluster) p.cluster = tuning.cluster;
   p.m_blocks = static_cast<int>(ceil_div(m, 64 * p.consumers));
   p.n_blocks = static_cast<int>(ceil_div(n, p.block_n));
-  const bool along_n = p.consumers == 4;  // gemm_kernel.cuh Cfg::kAlongN: 256-row tiles pair along N
+  const bool along_n = pairs_along_n(p.consumers);
   if ((along_n ? p.n_blocks : p.m_blocks) < 2) p.cluster = 1;  // nothing to pair
   const int kb_total = static_cast<int>(k / kBlockK);
   const int64_t tiles = int64_t(p.m_blocks) * p.n_blocks;
