@@ -81,8 +81,22 @@ inline int64_t tiles_of(int64_t m, int64_t n, int consumers, int block_n, int cl
   return m_blocks * n_blocks;
 }
 
+// Decode batches of 65-128 rows against long weight streams (>= kLongStreamUs of A, B and the
+// output at kDramBytesPerUs, i.e. N x K >= ~60M): the tiles stream B at DRAM speed, so K splits buy
+// nothing and their reduction decides. At 128x7168x16384 the kernels of 128 x 64 tiles and of
+// 128 x 128 tiles in 2 K splits both take 41 us (B at ~2.9 TB/s), the split one then 3 us more for
+// its reduction. A split candidate is therefore not modelled faster than that stream (3.0 TB/s: at
+// 2.9 the model flips 65x8192x28672 from 2 x 192 in 3 splits to 2 x 128 in 2, measured 12% slower).
+// Rows past M also cost more than real ones there (128 x 64 tiles at 7168x16384: 41 us at M = 128,
+// 44 at 112, 49 at 96, 62 at 80), so the compute term grows with the padded rows' share; without
+// that, 128 x 64 tiles would replace the 2-split 128 x 128 ones at M = 96 as well (57 vs 50 us).
+// Measured on the shapes whose plan this changes in a grid of 360 (sweeps "15_ninth_session").
+constexpr double kDramBytesPerUs = 3.0e6;
+constexpr double kLongStreamUs = 20;
+
 // Modelled run time (us) of one tile choice: whole waves of (tile x K split) work items at the
-// tile's rate, a fixed launch/fill cost, and for split-K the reduction launch and its fp32 partials.
+// tile's rate (see above for decode batches against long streams), a fixed launch/fill cost, and for
+// split-K the reduction launch and its fp32 partials.
 inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, int sm_count) {
   const int64_t tiles = tiles_of(m, n, t.consumers, t.block_n, t.cluster);
   const int kb_total = static_cast<int>(k / kBlockK);
@@ -90,7 +104,14 @@ inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, in
   const int64_t splits = ceil_div(kb_total, kb_per_split);
   const double waves = static_cast<double>(ceil_div(tiles * splits, sm_count));
   const double flops_per_item = 2.0 * 64 * t.consumers * t.block_n * kBlockK * kb_per_split;
-  double us = 2.0 + waves * flops_per_item / (t.tflops * 1e6 / sm_count);
+  double compute_us = waves * flops_per_item / (t.tflops * 1e6 / sm_count);
+  const double dram_us = double(m * k + n * k + m * n * 2) / kDramBytesPerUs;
+  if (m > 64 && m <= 128 && dram_us >= kLongStreamUs) {
+    const int64_t m_padded = ceil_div(m, 64 * t.consumers) * 64 * t.consumers;
+    compute_us *= 2.0 - double(m) / m_padded;
+    if (splits > 1) compute_us = std::max(compute_us, dram_us);
+  }
+  double us = 2.0 + compute_us;
   if (splits > 1) us += 2.3 + double(splits) * m * n * 4 / 2.1e6;  // partials read at ~2.1 TB/s
   return us;
 }
@@ -98,9 +119,6 @@ inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, in
 // The policy: the candidate with the smallest modelled time; 64-row tiles only for M <= 64
 // (decode), where the taller ones would compute padding. Of the clusters only the 256-row tiles'
 // A multicast is rated; B multicast measured no faster (128-row tiles; 64-row tiles at M = 128).
-// Off by 12% on 128x7168x16384 in the fitted sweep (2 x 128 with 2 K splits chosen, 2 x 64 without
-// splits measured faster): the model does not see that split-K costs more than its reduction when
-// the partials are large.
 inline void choose_tile(int64_t m, int64_t n, int64_t k, int sm_count, Plan& p) {
   double best = 0;
   for (const TileRate& t : kTileRates) {
