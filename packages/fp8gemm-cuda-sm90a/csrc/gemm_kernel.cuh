@@ -206,6 +206,7 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t lo) {
 
 struct Tile {
   int m_block, n_block, split;
+  int row0;  // first row of A and of the output it covers (see tile_at)
 };
 
 // Cluster tiles: a cluster takes kCluster adjacent blocks along M (or along N).
@@ -214,7 +215,7 @@ __device__ __forceinline__ int m_groups_of(const Params& p) { return kAlongN ? p
 template <int kCluster, bool kAlongN>
 __device__ __forceinline__ int n_groups_of(const Params& p) { return kAlongN ? (p.n_blocks + kCluster - 1) / kCluster : p.n_blocks; }
 
-template <int kCluster, bool kAlongN>
+template <int kCluster, bool kAlongN, int kBlockM>
 __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   // t counts cluster tiles. Within a split, tiles are walked in groups of group_m M blocks, M
   // fastest inside a group: the ~one wave of CTAs running together then touches group_m blocks of
@@ -228,7 +229,7 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   const int first_m = (t / group_tiles) * p.group_m;
   const int group_rows = min(p.group_m, m_groups - first_m);
   t %= group_tiles;
-  // A block past the end (odd count) is OOB: TMA fills zeros, the epilogue masks it.
+  // A cluster's padding block past the end (odd count) takes the last rows again (row0 below).
   if constexpr (kAlongN) {
     tile.m_block = first_m + t % group_rows;
     tile.n_block = (t / group_rows) * kCluster + rank;
@@ -236,6 +237,13 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
     tile.m_block = (first_m + t % group_rows) * kCluster + rank;
     tile.n_block = t / group_rows;
   }
+  // The last M block (and a cluster's padding block past it) ends at row M instead of past it, so
+  // the rows TMA loads are real: TMA fills rows past the end far slower than it loads real ones
+  // (sweeps "16_tenth_session"). It recomputes rows of the block before it, and stores them again
+  // with identical values. The start is rounded up to 4 rows (at most 3 past M), since a TMA box
+  // must start 16-byte aligned in its inner dimension, M for the A scales (an illegal instruction
+  // otherwise). A tile taller than M still reads past the end.
+  tile.row0 = min(tile.m_block * kBlockM, (max(p.m - kBlockM, 0) + 3) & ~3);
   return tile;
 }
 
@@ -260,9 +268,9 @@ __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
 // One consumer warpgroup's bf16 tile from its epilogue buffer to global memory (one thread).
 template <typename C, int kBlockN, int kSub>
 __device__ __forceinline__ void store_warpgroup_tile(const CUtensorMap* map_out, const uint8_t* buf, const Params& p,
-                                                     int m_block, int n_first, int warpgroup) {
+                                                     int row0, int n_first, int warpgroup) {
   if constexpr (C::kWideStore) {
-    const int row = m_block * C::kBlockM + warpgroup * kSub * 64;
+    const int row = row0 + warpgroup * kSub * 64;
     if (row < p.m) {
 #pragma unroll
       for (int c = 0; c < kBlockN / 64; ++c)
@@ -271,7 +279,7 @@ __device__ __forceinline__ void store_warpgroup_tile(const CUtensorMap* map_out,
   } else {
 #pragma unroll
     for (int slice = 0; slice < kSub; ++slice) {
-      const int row = m_block * C::kBlockM + (warpgroup * kSub + slice) * 64;
+      const int row = row0 + (warpgroup * kSub + slice) * 64;
       if (row < p.m) {
 #pragma unroll
         for (int c = 0; c < kBlockN / 32; ++c)
@@ -343,7 +351,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
       Ring<kStages> ring;
       int seg = 0;  // B-scale segments written so far
       for (int t = first_tile; t < num_tiles; t += tile_stride) {
-        const Tile tile = tile_at<kCluster, C::kAlongN>(p, t, rank);
+        const Tile tile = tile_at<kCluster, C::kAlongN, C::kBlockM>(p, t, rank);
         const int kb_begin = tile.split * p.kb_per_split;
         const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
         if (C::kSegmentScalesB && producer_warp == 1) {
@@ -376,11 +384,11 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
           if constexpr (C::kAlongN) {  // this CTA's half of A, into both CTAs
             constexpr int kRows = C::kBlockM / kCluster;
             tma_load_2d_multicast(tiles_a + s * C::kABytes + rank * kRows * kBlockK, &map_a, &full[s], kb * kBlockK,
-                                  tile.m_block * C::kBlockM + rank * kRows, (1 << kCluster) - 1);
+                                  tile.row0 + rank * kRows, (1 << kCluster) - 1);
           } else {
-            tma_load_2d(tiles_a + s * C::kABytes, &map_a, &full[s], kb * kBlockK, tile.m_block * C::kBlockM);
+            tma_load_2d(tiles_a + s * C::kABytes, &map_a, &full[s], kb * kBlockK, tile.row0);
           }
-          tma_load_2d(scales + s * C::kBlockM, &map_scale, &full[s], tile.m_block * C::kBlockM, kb);
+          tma_load_2d(scales + s * C::kBlockM, &map_scale, &full[s], tile.row0, kb);
           if constexpr (kCluster > 1 && !C::kAlongN) {  // this CTA's half of B, into both CTAs
             constexpr int kRows = kBlockN / kCluster;
             tma_load_2d_multicast(tiles_b + s * C::kBBytes + rank * kRows * kBlockK, &map_b, &full[s], kb * kBlockK,
@@ -397,7 +405,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
       // then wait for each buffer to be written and store it.
       const bool issuer = lane == 0;
       for (int t = first_tile; t < num_tiles; t += tile_stride) {
-        const Tile tile = tile_at<kCluster, C::kAlongN>(p, t, rank);
+        const Tile tile = tile_at<kCluster, C::kAlongN, C::kBlockM>(p, t, rank);
         if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the last tile's reads
         __syncwarp();
 #pragma unroll
@@ -406,7 +414,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         for (int wg = 0; wg < kConsumers; ++wg) {
           asm volatile("bar.sync %0, 160;" ::"r"(kEpiFullBar + wg) : "memory");
           if (issuer)
-            store_warpgroup_tile<C, kBlockN, kSub>(&map_out, epilogue + wg * kSub * 64 * kBlockN * 2, p, tile.m_block,
+            store_warpgroup_tile<C, kBlockN, kSub>(&map_out, epilogue + wg * kSub * 64 * kBlockN * 2, p, tile.row0,
                                                    tile.n_block * kBlockN, wg);
         }
       }
@@ -432,7 +440,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
   Ring<kStages> ring;
   int seg = 0;  // B-scale segments read so far
   for (int t = first_tile; t < num_tiles; t += tile_stride) {
-    const Tile tile = tile_at<kCluster, C::kAlongN>(p, t, rank);
+    const Tile tile = tile_at<kCluster, C::kAlongN, C::kBlockM>(p, t, rank);
     const int kb_begin = tile.split * p.kb_per_split;
     const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
     const int n_first = tile.n_block * kBlockN;
@@ -622,7 +630,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
           continue;
         }
         asm volatile("bar.sync %0, 128;" ::"r"(1 + warpgroup) : "memory");
-        if (issuer) store_warpgroup_tile<C, kBlockN, kSub>(&map_out, buf, p, tile.m_block, n_first, warpgroup);
+        if (issuer) store_warpgroup_tile<C, kBlockN, kSub>(&map_out, buf, p, tile.row0, n_first, warpgroup);
         continue;
       }
     }
@@ -632,7 +640,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
 #pragma unroll
     for (int i = 0; i < 2 * kSub; ++i) {  // row (lane / 4) + 8 half of slice i / 2: one row pointer each
       const int slice = i / 2, half = i % 2;
-      const int row = tile.m_block * C::kBlockM + row_in_tile + 64 * slice + 8 * half;
+      const int row = tile.row0 + row_in_tile + 64 * slice + 8 * half;
       if (row >= p.m) continue;
       float* row_f32 = p.partial ? p.partial + (int64_t(tile.split) * p.m + row) * p.n
                                  : static_cast<float*>(p.out) + row * p.ldo;  // fp32 out or partials
