@@ -40,6 +40,7 @@ struct Params {
   int out_fp32;
   int kb_per_split, splits, m_blocks, n_blocks;
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks (L2 reuse)
+  int tx_bytes;  // bytes per stage, as the tensor maps' boxes give them (launch.cu: a_box_rows)
 };
 
 // B-scale segments: the B scales of up to kSegKb K blocks of a tile (two 128-row blocks of N), double
@@ -103,7 +104,6 @@ struct Cfg {
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kSBytes = kBlockM * 4;
-  static constexpr int kTxBytes = kABytes + kBBytes + kSBytes;  // TMA counts OOB-filled bytes too
   // [A x stages][B x stages][A scales x stages][epilogue][full bars][empty bars][B-scale segment bars,
   // segments]; tiles 1024-byte aligned (SW128).
   // bf16 output leaves through shared memory and TMA stores (boxes: see kWideStore; the swizzle
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
           const int s = ring.stage;
           mbar_wait(&empty[s], ring.phase ^ 1);
-          mbar_expect_tx(&full[s], C::kTxBytes);
+          mbar_expect_tx(&full[s], p.tx_bytes);
           if constexpr (C::kAlongN) {  // this CTA's half of A, into both CTAs
             constexpr int kRows = C::kBlockM / kCluster;
             tma_load_2d_multicast(tiles_a + s * C::kABytes + rank * kRows * kBlockK, &map_a, &full[s], kb * kBlockK,

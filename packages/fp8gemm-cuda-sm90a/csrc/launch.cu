@@ -67,7 +67,7 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
 }
 
 template <int kConsumers, int kBlockN, int kCluster, int kSub = 1>
-void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaStream_t stream, int dev) {
+void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, int grid, cudaStream_t stream, int dev) {
   using C = Cfg<kConsumers, kBlockN, kCluster, kSub>;
   auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster, kSub>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
@@ -78,12 +78,21 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, const Params& p, int grid, cudaS
   // Clustered tiles load half of the shared operand each (A along N, B along M) and multicast it.
   constexpr int kRowsA = C::kAlongN ? C::kBlockM / kCluster : C::kBlockM;
   constexpr int kRowsB = C::kAlongN ? kBlockN : kBlockN / kCluster;
-  const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, kRowsA, CU_TENSOR_MAP_SWIZZLE_128B);
+  // A tile taller than M (then the only M block) loads just the M real rows of A and their scales
+  // (rounded up to a 16-byte box): TMA fills rows past the end far slower than it loads real ones.
+  // The rest of the stage keeps stale bytes, which reach only accumulator rows past M, never stored.
+  // Multicast halves keep whole boxes.
+  const bool short_a = !C::kAlongN && a.m < C::kBlockM;
+  const int rows_a = short_a ? static_cast<int>(a.m) : kRowsA, scales_a = short_a ? (rows_a + 3) / 4 * 4 : C::kBlockM;
+  const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, rows_a, CU_TENSOR_MAP_SWIZZLE_128B);
   const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kRowsB,
                                      CU_TENSOR_MAP_SWIZZLE_128B);
   // A scales, MN-major: row kb holds the scales of every M row for that K block.
   const CUtensorMap map_s = make_map(reinterpret_cast<void*>(a.a_scale), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.m,
-                                     a.k / kBlockK, a.a_scale_ld, C::kBlockM, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+                                     a.k / kBlockK, a.a_scale_ld, scales_a, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  // Every CTA's stage receives all of A (multicast: both halves), B and the scales; TMA counts
+  // bytes it fills past the end of a box too.
+  p.tx_bytes = (short_a ? rows_a * kBlockK : C::kABytes) + C::kBBytes + scales_a * 4;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(C::kThreads);
