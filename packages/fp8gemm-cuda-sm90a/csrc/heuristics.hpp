@@ -81,30 +81,21 @@ inline int64_t tiles_of(int64_t m, int64_t n, int consumers, int block_n, int cl
   return m_blocks * n_blocks;
 }
 
-// Decode batches of 65-128 rows against long weight streams (>= kLongStreamUs of A, B and the
-// output at kDramBytesPerUs, i.e. N x K >= ~60M): the tiles stream B at DRAM speed, so K splits buy
-// nothing and their reduction decides. At 128x7168x16384 the kernels of 128 x 64 tiles and of
-// 128 x 128 tiles in 2 K splits both take 41 us (B at ~2.9 TB/s), the split one then 3 us more for
-// its reduction. A split candidate is therefore not modelled faster than that stream (3.0 TB/s: at
-// 2.9 the model flips 65x8192x28672 from 2 x 192 in 3 splits to 2 x 128 in 2, measured 12% slower).
-// Measured on the shapes whose plan this changes in a grid of 360 (sweeps "15_ninth_session").
+// Decode batches of 65-128 rows: the tiles stream B at DRAM speed, so K splits buy nothing and
+// their reduction decides. At 128x7168x16384 the kernels of 128 x 64 tiles and of 128 x 128 tiles
+// in 2 K splits both take 41 us (B at ~2.9 TB/s), the split one then 3 us more for its reduction
+// (sweeps "15_ninth_session"). A split candidate is therefore not modelled faster than streaming A,
+// B and the output once (3.0 TB/s: at 2.9 the model flips 65x8192x28672 from 2 x 192 in 3 splits to
+// 2 x 128 in 2, measured 12% slower then). Unsplit candidates are not floored: that lost 12% at
+// 65x8192x28672 and 5% at 128x28672x4096. Tiles taller than M load only its rows (launch.cu), so
+// their padding costs nothing beyond the compute. Against the rules before (the floor only for
+// streams of >= 20 us, a compute penalty for padded rows) this changes 26 shapes of a grid of 360:
+// 34 measured, geomean 1.04x, 128 x 64 tiles unsplit 8-13% faster at N x K >= 7168 x 8192, one loss
+// (65x2112x7168, 4%; sweeps "16_tenth_session").
 constexpr double kDramBytesPerUs = 3.0e6;
-constexpr double kLongStreamUs = 20;
-
-// Rows past M cost more than real ones: TMA fills them slowly (128 x 64 tiles at 7168x16384: 41 us
-// at M = 128, 44 at 112, 49 at 96, 62 at 80). A tile's last M block ends at row M (tile_at), so
-// only a tile taller than M itself has such rows, and for 65-128-row batches its compute term grows
-// with their share: 64 x N tiles then replace split 128-row ones on 19 shapes of the grid, 2-14%
-// faster on 16 (80x4096x7168: 19.6 vs 21.1 us), level on three (sweeps "16_tenth_session"). Not
-// above 128 rows: there it moved 192- and 256-row tiles in K splits to 128-row ones, 4-12% slower
-// at K >= 14336 (160x4096x14336, 160x7168x18432).
-inline double padded_rows_factor(int64_t m, int consumers) {
-  const int64_t tile_rows = 64 * consumers;
-  return m > 64 && m <= 128 && m < tile_rows ? 2.0 - double(m) / tile_rows : 1.0;
-}
 
 // Modelled run time (us) of one tile choice: whole waves of (tile x K split) work items at the
-// tile's rate (see above for decode batches against long streams), a fixed launch/fill cost, and for
+// tile's rate (see above for decode batches of 65-128 rows), a fixed launch/fill cost, and for
 // split-K the reduction launch and its fp32 partials.
 inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, int sm_count) {
   const int64_t tiles = tiles_of(m, n, t.consumers, t.block_n, t.cluster);
@@ -115,8 +106,7 @@ inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, in
   const double flops_per_item = 2.0 * 64 * t.consumers * t.block_n * kBlockK * kb_per_split;
   double compute_us = waves * flops_per_item / (t.tflops * 1e6 / sm_count);
   const double dram_us = double(m * k + n * k + m * n * 2) / kDramBytesPerUs;
-  compute_us *= padded_rows_factor(m, t.consumers);
-  if (m > 64 && m <= 128 && dram_us >= kLongStreamUs && splits > 1) compute_us = std::max(compute_us, dram_us);
+  if (m > 64 && m <= 128 && splits > 1) compute_us = std::max(compute_us, dram_us);
   double us = 2.0 + compute_us;
   if (splits > 1) us += 2.3 + double(splits) * m * n * 4 / 2.1e6;  // partials read at ~2.1 TB/s
   return us;
