@@ -81,7 +81,7 @@ inline int64_t tiles_of(int64_t m, int64_t n, int consumers, int block_n, int cl
   return m_blocks * n_blocks;
 }
 
-// Decode batches of 65-128 rows: the tiles stream B at DRAM speed, so K splits buy nothing and
+// Decode batches of up to 128 rows: the tiles stream B at DRAM speed, so K splits buy nothing and
 // their reduction decides. At 128x7168x16384 the kernels of 128 x 64 tiles and of 128 x 128 tiles
 // in 2 K splits both take 41 us (B at ~2.9 TB/s), the split one then 3 us more for its reduction
 // (sweeps "15_ninth_session"). A split candidate is therefore not modelled faster than streaming A,
@@ -89,13 +89,14 @@ inline int64_t tiles_of(int64_t m, int64_t n, int consumers, int block_n, int cl
 // 2 x 128 in 2, measured 12% slower then). Unsplit candidates are not floored: that lost 12% at
 // 65x8192x28672 and 5% at 128x28672x4096. Tiles taller than M load only its rows (launch.cu), so
 // their padding costs nothing beyond the compute. Against the rules before (the floor only for
-// streams of >= 20 us, a compute penalty for padded rows) this changes 26 shapes of a grid of 360:
-// 34 measured, geomean 1.04x, 128 x 64 tiles unsplit 8-13% faster at N x K >= 7168 x 8192, one loss
-// (65x2112x7168, 4%; sweeps "16_tenth_session").
+// 65-128 rows and streams of >= 20 us, a compute penalty for padded rows) this changes 55 shapes of
+// a grid of 360, 54 measured (sweeps "16_tenth_session"): 65-128 rows geomean 1.04x (128 x 64 tiles
+// unsplit 8-13% faster at N x K >= 7168 x 8192; one loss, 65x2112x7168 4%), 1-64 rows 1.05x
+// (16x4096x7168 +15%, 1x7168x16384 +7%; 64x1536x7168 -3%).
 constexpr double kDramBytesPerUs = 3.0e6;
 
 // Modelled run time (us) of one tile choice: whole waves of (tile x K split) work items at the
-// tile's rate (see above for decode batches of 65-128 rows), a fixed launch/fill cost, and for
+// tile's rate (see above for decode batches of up to 128 rows), a fixed launch/fill cost, and for
 // split-K the reduction launch and its fp32 partials.
 inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, int sm_count) {
   const int64_t tiles = tiles_of(m, n, t.consumers, t.block_n, t.cluster);
@@ -106,7 +107,7 @@ inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, in
   const double flops_per_item = 2.0 * 64 * t.consumers * t.block_n * kBlockK * kb_per_split;
   double compute_us = waves * flops_per_item / (t.tflops * 1e6 / sm_count);
   const double dram_us = double(m * k + n * k + m * n * 2) / kDramBytesPerUs;
-  if (m > 64 && m <= 128 && splits > 1) compute_us = std::max(compute_us, dram_us);
+  if (m <= 128 && splits > 1) compute_us = std::max(compute_us, dram_us);
   double us = 2.0 + compute_us;
   if (splits > 1) us += 2.3 + double(splits) * m * n * 4 / 2.1e6;  // partials read at ~2.1 TB/s
   return us;
