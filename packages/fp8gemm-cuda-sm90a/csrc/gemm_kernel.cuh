@@ -242,7 +242,7 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   // (sweeps "16_tenth_session"). It recomputes rows of the block before it, and stores them again
   // with identical values. The start is rounded up to 4 rows (at most 3 past M), since a TMA box
   // must start 16-byte aligned in its inner dimension, M for the A scales (an illegal instruction
-  // otherwise). A tile taller than M still reads past the end.
+  // otherwise). A tile taller than M loads boxes of its M rows instead (launch.cu).
   tile.row0 = min(tile.m_block * kBlockM, (max(p.m - kBlockM, 0) + 3) & ~3);
   return tile;
 }
