@@ -40,7 +40,7 @@ struct Params {
   int out_fp32;
   int kb_per_split, splits, m_blocks, n_blocks;
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks (L2 reuse)
-  int tx_bytes;  // bytes per stage, as the tensor maps' boxes give them (launch.cu: a_box_rows)
+  int tx_bytes;  // bytes per stage, as the tensor maps' boxes give them (launch.cu: short_a)
 };
 
 // B-scale segments: the B scales of up to kSegKb K blocks of a tile (two 128-row blocks of N), double
