@@ -204,6 +204,9 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t lo) {
   return uint64_t(lo) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
+// A TMA box of fp32 scales starts and spans whole 16 bytes in its inner dimension (M): 4 rows.
+__host__ __device__ constexpr int round_up_to_4_rows(int rows) { return (rows + 3) & ~3; }
+
 struct Tile {
   int m_block, n_block, split;
   int row0;  // first row of A and of the output it covers (see tile_at)
@@ -243,7 +246,7 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   // with identical values. The start is rounded up to 4 rows (at most 3 past M), since a TMA box
   // must start 16-byte aligned in its inner dimension, M for the A scales (an illegal instruction
   // otherwise). A tile taller than M loads boxes of its M rows instead (launch.cu).
-  tile.row0 = min(tile.m_block * kBlockM, (max(p.m - kBlockM, 0) + 3) & ~3);
+  tile.row0 = min(tile.m_block * kBlockM, round_up_to_4_rows(max(p.m - kBlockM, 0)));
   return tile;
 }
 

@@ -106,8 +106,7 @@ inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, in
   const double waves = static_cast<double>(ceil_div(tiles * splits, sm_count));
   const double flops_per_item = 2.0 * 64 * t.consumers * t.block_n * kBlockK * kb_per_split;
   double compute_us = waves * flops_per_item / (t.tflops * 1e6 / sm_count);
-  const double dram_us = double(m * k + n * k + m * n * 2) / kDramBytesPerUs;
-  if (m <= 128 && splits > 1) compute_us = std::max(compute_us, dram_us);
+  if (m <= 128 && splits > 1) compute_us = std::max(compute_us, double(m * k + n * k + m * n * 2) / kDramBytesPerUs);
   double us = 2.0 + compute_us;
   if (splits > 1) us += 2.3 + double(splits) * m * n * 4 / 2.1e6;  // partials read at ~2.1 TB/s
   return us;

@@ -83,7 +83,8 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, int grid, cudaStream_t
   // The rest of the stage keeps stale bytes, which reach only accumulator rows past M, never stored.
   // Multicast halves keep whole boxes.
   const bool short_a = !C::kAlongN && a.m < C::kBlockM;
-  const int rows_a = short_a ? static_cast<int>(a.m) : kRowsA, scales_a = short_a ? (rows_a + 3) / 4 * 4 : C::kBlockM;
+  const int rows_a = short_a ? static_cast<int>(a.m) : kRowsA;
+  const int scales_a = short_a ? round_up_to_4_rows(rows_a) : C::kBlockM;
   const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, rows_a, CU_TENSOR_MAP_SWIZZLE_128B);
   const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kRowsB,
                                      CU_TENSOR_MAP_SWIZZLE_128B);
