@@ -104,7 +104,7 @@ for i, (m, n, k) in enumerate([(300, 400, 128 * 150), (130, 272, 128 * 131)]):
 
 @pytest.mark.skipif("sm90a" not in GPU_BACKENDS, reason="fp8gemm-cuda-sm90a not installed")
 @pytest.mark.parametrize("splits", ["0", "2"])
-@pytest.mark.parametrize("tile", ["4,128", "2,192", "3,128"])
+@pytest.mark.parametrize("tile", ["4,128", "2,192", "2,160", "3,128"])
 def test_sm90a_long_k_over_several_scale_segments(tile, splits):
     """The one-set loop stages the weight scales in segments of 64 K blocks: K of 131 and 150 blocks
     (three segments, a partial last one; with split-K, segments that restart per split) against the

@@ -66,9 +66,10 @@ def test_every_plan_is_runnable(plan, m, n, k, sms):
 
 
 def test_plan_choices_on_the_benchmark_shapes(plan):
-    """The fastest tiles of the sweeps (bench/NOTES.md): 256 x 128 where it fills the waves (8192^3 too), 128 x 192
-    where that fits better (4096x2112x7168), 64-row tiles for decode (full K on 132 16-wide tiles for N = 2112),
-    and for 65-128 rows no K split that cannot beat one pass over the weights at DRAM speed (heuristics.hpp)."""
+    """The fastest tiles of the sweeps (bench/NOTES.md): 256 x 128 where it fills the waves (8192^3 too), 192 x 128
+    where that fits better (4096x2112x7168), 128 x 160 and 128 x 96 where their widths fill the waves of N,
+    64-row tiles for decode (full K on 132 16-wide tiles for N = 2112), and for 65-128 rows no K split that
+    cannot beat one pass over the weights at DRAM speed (heuristics.hpp)."""
     shapes = [
         (4096, 7168, 16384),
         (8192, 8192, 8192),
@@ -80,12 +81,14 @@ def test_plan_choices_on_the_benchmark_shapes(plan):
         (96, 7168, 16384),
         (80, 4096, 7168),
         (160, 4096, 14336),
+        (768, 1536, 7168),
+        (320, 4096, 7168),
     ]
     got = plan([(*s, 132) for s in [*shapes, (0, 256, 512)]])
-    assert [(p["consumers"], p["block_n"], p["splits"]) for p in got[:10]] == [
+    assert [(p["consumers"], p["block_n"], p["splits"]) for p in got[:12]] == [
         (4, 128, 1),
         (4, 128, 1),
-        (2, 192, 1),
+        (3, 128, 1),  # 2 x 192: level under do_bench, 5% slower kernels ("17_eleventh_session")
         (1, 64, 1),
         (1, 128, 1),
         (1, 16, 1),
@@ -93,5 +96,7 @@ def test_plan_choices_on_the_benchmark_shapes(plan):
         (2, 64, 1),  # 96 rows too: the tile loads only M rows (2 x 128 in 2 splits measured 10% slower)
         (1, 64, 1),  # 2 x 128 in 4 splits: B at DRAM speed plus a reduction (measured 5% slower)
         (3, 128, 4),  # above 128 rows 192-row tiles in K splits (2 x 128 in 2 splits: 12% slower)
+        (2, 160, 2),  # 120 work items in one wave (256 x 128 in 3 splits: 14% slower)
+        (2, 96, 1),  # 129 tiles in one wave (128 x 192 in 2 splits: 22% slower, 128 x 128: 11%)
     ]
-    assert got[10]["grid"] == 0  # M = 0: nothing to launch, and no division by zero
+    assert got[12]["grid"] == 0  # M = 0: nothing to launch, and no division by zero

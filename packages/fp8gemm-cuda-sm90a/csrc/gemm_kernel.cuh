@@ -13,9 +13,10 @@
 // stage with four wgmma m64nNk32 (N = BLOCK_N) per slice into a fresh fp32 accumulator, release the
 // stage, and promote the accumulator into the slice's running total with both scales (the tensor
 // core's FP8 accumulation is not full fp32, so it is never run for more than 128 of K). BLOCK_N is
-// 16..128 (one B scale per tile and K block; with one slice per warpgroup, two accumulator sets, so
-// the next K block is issued before this one is promoted) or 192 (a tile straddles two 128-wide
-// scale blocks: the first kFormer 8-column groups take the first one; one accumulator set fits).
+// 16, 32, 64 or 128 (dividing 128: one B scale per tile and K block; with one slice per warpgroup,
+// two accumulator sets, so the next K block is issued before this one is promoted) or 96, 160 or
+// 192 (widths that fill the SMs' waves of more N: a tile may straddle two 128-wide scale blocks, the
+// first kFormer 8-column groups taking the first one's; one accumulator set).
 // bf16 tiles leave through shared memory and TMA stores; for 256-row tiles a third producer warp
 // issues those stores, so the consumers hand over their buffer and go straight on to the next tile.
 #pragma once
@@ -48,6 +49,8 @@ struct Params {
 constexpr int kSegKb = 64;
 constexpr int kSegBytes = 4 * 8 + 2 * 2 * kSegKb * 4;
 
+__host__ __device__ constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
+
 // Pipeline depth: as many stages as shared memory holds next to the epilogue buffer, at most 12.
 constexpr int stages_for(int block_m, int block_n) {
   const int per_stage = block_m * kBlockK + block_n * kBlockK + block_m * 4;
@@ -68,14 +71,17 @@ struct Cfg {
   // 2-CTA clusters pair 256-row tiles along N, sharing (multicasting) the A tile; the others pair
   // along M, sharing B.
   static constexpr bool kAlongN = kCluster > 1 && kSub == 2;
-  static_assert(kBlockN == 192 || (kBlockN >= 16 && 128 % kBlockN == 0), "BLOCK_N: 16, 32, 64, 128 or 192");
+  static_assert(kBlockN >= 16 && kBlockN <= 192 && kBlockN % 16 == 0, "BLOCK_N: a multiple of 16 up to 192");
+  // A tile takes the B scales of at most two 128-wide blocks (its furthest start into one is 128 -
+  // gcd(BLOCK_N, 128)): 176, starting 112 columns in, would reach into a third.
+  static_assert(kBlockK - gcd(kBlockN, kBlockK) + kBlockN <= 2 * kBlockK, "BLOCK_N: tiles straddle at most two scale blocks");
   static_assert(kSub == 1 || (kSub == 2 && kBlockN <= kBlockK), "two slices per warpgroup: up to 128 columns");
   static constexpr int kAcc = kBlockN / 2;           // fp32 accumulators per thread (m64nNk32)
   static constexpr int kGroups = kBlockN / 8;        // 8-column groups: accumulators 4g .. 4g + 3
-  static constexpr bool kUniformScaleB = kBlockN <= kBlockK;
+  static constexpr bool kUniformScaleB = kBlockK % kBlockN == 0;  // no tile straddles two scale blocks
   // Two accumulator sets (see mainloop_overlapped) fit the registers up to 128 columns and 2
-  // consumers.
-  static constexpr bool kOverlap = kBlockN <= kBlockK && kConsumers <= 2 && kSub == 1;
+  // consumers; that loop takes one B scale per K block.
+  static constexpr bool kOverlap = kUniformScaleB && kConsumers <= 2 && kSub == 1;
   // The one-set loop reads its B scales from shared-memory segments that a producer warp fills
   // ahead (kSegKb K blocks at a time), each K block's before it waits for the stage, so the scale
   // product is ready when the wgmma is issued: +1-4% on the 256-row tiles over a per-stage copy
@@ -250,6 +256,21 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   return tile;
 }
 
+// Calls f(std::integral_constant<int, kFormer>) for a tile whose first column is `offset` (< 128)
+// into its 128-wide B-scale block: its first kFormer 8-column groups take that block's scale, the
+// rest the next one's. Only the offsets kBlockN can produce (multiples of gcd(kBlockN, 128)) get an
+// instantiation: one for the widths dividing 128, two for 192, four for 96 and 160.
+template <int kBlockN, int kOffset = 0, typename F>
+__device__ __forceinline__ void with_former(int offset, F&& f) {
+  constexpr int kGroups = kBlockN / 8, kLeft = (kBlockK - kOffset) / 8;
+  if constexpr (kOffset + gcd(kBlockN, kBlockK) >= kBlockK) {
+    f(std::integral_constant<int, (kLeft < kGroups ? kLeft : kGroups)>{});
+  } else {
+    if (offset == kOffset) f(std::integral_constant<int, (kLeft < kGroups ? kLeft : kGroups)>{});
+    else with_former<kBlockN, kOffset + gcd(kBlockN, kBlockK)>(offset, f);
+  }
+}
+
 // Named barriers of the store-warp epilogue (the per-warpgroup ones are 1 + warpgroup).
 constexpr int kEpiFullBar = 4, kEpiFreeBar = 8;
 
@@ -358,9 +379,10 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         const int kb_begin = tile.split * p.kb_per_split;
         const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
         if (C::kSegmentScalesB && producer_warp == 1) {
-          // Rows of the 128-block holding the tile's first column and of the next one (a 192-wide
-          // tile straddles two; past N it repeats the first row). A tile wholly past N (the odd one
-          // out of an N pair) reads the last row; its columns are masked either way.
+          // Rows of the 128-block holding the tile's first column and of the next one (a tile whose
+          // width does not divide 128 may straddle two; past N it repeats the first row). A tile
+          // wholly past N (the odd one out of an N pair) reads the last row; its columns are masked
+          // either way.
           const int n_row = min(tile.n_block * kBlockN, p.n - 1) / kBlockK;
           const float* sb_row0 = p.b_scale + n_row * p.sb_ld;
           const float* sb_row1 = (n_row + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
@@ -581,14 +603,8 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         finish(none_newer, acc, prev);
       }
     };
-    if constexpr (C::kOverlap) {
-      mainloop_overlapped();
-    } else if constexpr (C::kUniformScaleB) {
-      mainloop(std::integral_constant<int, C::kGroups>{});
-    } else {  // 192-wide tiles start at column 0 or 64 of a 128-block
-      if (n_first % kBlockK == 0) mainloop(std::integral_constant<int, 16>{});
-      else mainloop(std::integral_constant<int, 8>{});
-    }
+    if constexpr (C::kOverlap) mainloop_overlapped();
+    else with_former<kBlockN>(n_first % kBlockK, mainloop);
 
     // Epilogue: register 4g + j holds column 8g + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).
     if constexpr (C::kTmaStore) {

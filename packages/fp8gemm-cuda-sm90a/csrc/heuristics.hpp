@@ -17,7 +17,7 @@ struct Tuning {
 
 struct Plan {
   int consumers;  // 64-row slices: BLOCK_M = 64 * consumers (one consumer warpgroup each; 4: two of two)
-  int block_n;    // tile width: 16, 32, 64, 128 or 192
+  int block_n;    // tile width: 16, 32, 64, 96, 128, 160 or 192 (tile_supported)
   int cluster;    // CTAs per cluster: along N sharing A for 256-row tiles, else along M sharing B
   int m_blocks, n_blocks, splits, kb_per_split;
   int grid;  // persistent CTAs
@@ -32,7 +32,7 @@ inline bool tile_supported(int consumers, int block_n, int cluster) {
   if (cluster != 1) return false;
   switch (consumers) {
     case 1: return block_n == 16 || block_n == 32 || block_n == 64 || block_n == 128;
-    case 2: return block_n == 64 || block_n == 128 || block_n == 192;
+    case 2: return block_n == 64 || block_n == 96 || block_n == 128 || block_n == 160 || block_n == 192;
     case 3: return block_n == 128;
     case 4: return block_n == 128;  // 256-row tiles: two warpgroups of two 64-row slices
     default: return false;
@@ -54,14 +54,21 @@ inline int splits_for(int64_t tiles, int kb_total, int sm_count) {
 // 256 x 128 tiles came later ("7_256_rows": +3-5% over 128 x 192 and 128 x 128 where the waves fit
 // alike); reading their B scales from the stage made them 3-11% faster again (bench/NOTES.md), so they
 // now rate above 128 x 192 on every large shape whose waves they fill.
+// The eleventh session added 128 x 96 and 128 x 160 (they fill the waves of N = 1536, 2112, 4096,
+// 18432, 576, ...) and rated 192 x 128 by what it sustains streaming whole K: one sweep of every
+// 128- and 192-row tile on 18 shapes plus an A/B of the changed plans on 23 more
+// ("17_eleventh_session"). In K splits 192 x 128 keeps its old rate: rated 1220 there it took
+// 160x2112x7168 and 192x4096x7168 from the 64- and 128-row tiles and lost 11-14%.
 // Only the ranking matters: the fixed cost is the same for every candidate.
 struct TileRate {
   int consumers, block_n, cluster;
   double tflops;
+  double split_tflops = 0;  // the rate in K splits, where it differs
 };
 constexpr TileRate kTileRates[] = {
     {1, 16, 1, 300}, {1, 32, 1, 450}, {1, 64, 1, 615}, {1, 128, 1, 690},        // 64-row tiles (one consumer)
-    {2, 64, 1, 840}, {2, 128, 1, 1120}, {2, 192, 1, 1150}, {3, 128, 1, 1050},  // 128- and 192-row tiles
+    {2, 64, 1, 840}, {2, 96, 1, 880}, {2, 128, 1, 1120}, {2, 160, 1, 1100}, {2, 192, 1, 1150},  // 128-row tiles
+    {3, 128, 1, 1220, 1050},  // 192-row tiles
     {4, 128, 1, 1230},  // 256-row tiles: +4-5% over 128 x 192 at 8192^3 and 4096x32768x512 when rated
     // 256-row tiles in 2-CTA clusters along N multicasting A (DeepGEMM's layout here): once the store
     // warp and the B-scale segments were in, +2% over 4,128 (geomean of seven M >= 4096 shapes) on two
@@ -105,7 +112,8 @@ inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, in
   const int64_t splits = ceil_div(kb_total, kb_per_split);
   const double waves = static_cast<double>(ceil_div(tiles * splits, sm_count));
   const double flops_per_item = 2.0 * 64 * t.consumers * t.block_n * kBlockK * kb_per_split;
-  double compute_us = waves * flops_per_item / (t.tflops * 1e6 / sm_count);
+  const double tflops = splits > 1 && t.split_tflops > 0 ? t.split_tflops : t.tflops;
+  double compute_us = waves * flops_per_item / (tflops * 1e6 / sm_count);
   if (m <= 128 && splits > 1) compute_us = std::max(compute_us, double(m * k + n * k + m * n * 2) / kDramBytesPerUs);
   double us = 2.0 + compute_us;
   if (splits > 1) us += 2.3 + double(splits) * m * n * 4 / 2.1e6;  // partials read at ~2.1 TB/s

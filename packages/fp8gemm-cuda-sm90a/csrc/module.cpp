@@ -15,7 +15,7 @@ std::string compiled_tiles() {
   std::string tiles;
   for (const int cluster : {1, 2})
     for (int consumers = 1; consumers <= 4; ++consumers)
-      for (const int block_n : {16, 32, 64, 128, 192})
+      for (int block_n = 16; block_n <= 192; block_n += 16)
         if (fp8gemm_sm90a::tile_supported(consumers, block_n, cluster))
           tiles += (tiles.empty() ? "" : " ") + std::to_string(consumers) + "," + std::to_string(block_n) +
                    (cluster > 1 ? "," + std::to_string(cluster) : "");
@@ -29,7 +29,7 @@ pybind11::dict build_info() {
   info["arch_flags"] = FP8GEMM_ARCH_FLAGS;
   info["targets"] = FP8GEMM_TARGETS;
   info["tiles"] = compiled_tiles();
-  info["kernel"] = "wgmma m64nNk32 e4m3 (N 16..192), TMA + mbarrier pipeline, warp-specialised, persistent, "
+  info["kernel"] = "wgmma m64nNk32 e4m3 (N 16..192, multiples of 16), TMA + mbarrier pipeline, warp-specialised, persistent, "
                    "tile chosen by a wave model, split-K for small M";
   return info;
 }

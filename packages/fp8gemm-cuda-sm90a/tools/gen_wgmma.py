@@ -6,7 +6,7 @@ The PTX instruction names every accumulator register, so each width is spelled o
 
 from pathlib import Path
 
-WIDTHS = (16, 32, 64, 128, 192)
+WIDTHS = (16, 32, 64, 96, 128, 160, 192)
 
 
 def overload(n: int) -> str:
