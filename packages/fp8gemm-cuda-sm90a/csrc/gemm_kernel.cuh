@@ -13,10 +13,10 @@
 // stage with four wgmma m64nNk32 (N = BLOCK_N) per slice into a fresh fp32 accumulator, release the
 // stage, and promote the accumulator into the slice's running total with both scales (the tensor
 // core's FP8 accumulation is not full fp32, so it is never run for more than 128 of K). BLOCK_N is
-// 16, 32, 64 or 128 (dividing 128: one B scale per tile and K block; with one slice per warpgroup,
-// two accumulator sets, so the next K block is issued before this one is promoted) or 96, 160 or
-// 192 (widths that fill the SMs' waves of more N: a tile may straddle two 128-wide scale blocks, the
-// first kFormer 8-column groups taking the first one's; one accumulator set).
+// 16, 32, 64, 96, 128, 160 or 192; 96, 160 and 192 fill the SMs' waves of more N, and their tiles
+// may straddle two 128-wide scale blocks, the first kFormer 8-column groups taking the first one's
+// scale. Up to 128 columns with one slice per warpgroup, two accumulator sets fit, so the next K
+// block is issued before this one is promoted; wider tiles and 256-row ones use one set.
 // bf16 tiles leave through shared memory and TMA stores; for 256-row tiles a third producer warp
 // issues those stores, so the consumers hand over their buffer and go straight on to the next tile.
 #pragma once
@@ -80,8 +80,8 @@ struct Cfg {
   static constexpr int kGroups = kBlockN / 8;        // 8-column groups: accumulators 4g .. 4g + 3
   static constexpr bool kUniformScaleB = kBlockK % kBlockN == 0;  // no tile straddles two scale blocks
   // Two accumulator sets (see mainloop_overlapped) fit the registers up to 128 columns and 2
-  // consumers; that loop takes one B scale per K block.
-  static constexpr bool kOverlap = kUniformScaleB && kConsumers <= 2 && kSub == 1;
+  // consumers.
+  static constexpr bool kOverlap = kBlockN <= kBlockK && kConsumers <= 2 && kSub == 1;
   // The one-set loop reads its B scales from shared-memory segments that a producer warp fills
   // ahead (kSegKb K blocks at a time), each K block's before it waits for the stage, so the scale
   // product is ready when the wgmma is issued: +1-4% on the 256-row tiles over a per-stage copy
@@ -263,7 +263,9 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
 template <int kBlockN, int kOffset = 0, typename F>
 __device__ __forceinline__ void with_former(int offset, F&& f) {
   constexpr int kGroups = kBlockN / 8, kLeft = (kBlockK - kOffset) / 8;
-  if constexpr (kOffset + gcd(kBlockN, kBlockK) >= kBlockK) {
+  if constexpr (kBlockK % kBlockN == 0) {  // tiles never straddle: one loop, whatever the offset
+    f(std::integral_constant<int, kGroups>{});
+  } else if constexpr (kOffset + gcd(kBlockN, kBlockK) >= kBlockK) {
     f(std::integral_constant<int, (kLeft < kGroups ? kLeft : kGroups)>{});
   } else {
     if (offset == kOffset) f(std::integral_constant<int, (kLeft < kGroups ? kLeft : kGroups)>{});
@@ -469,7 +471,11 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
     const int kb_begin = tile.split * p.kb_per_split;
     const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
     const int n_first = tile.n_block * kBlockN;
-    const float* sb_row0 = p.b_scale + min(n_first, p.n - 1) / kBlockK * p.sb_ld;  // the two-set loop's B scales
+    // The two-set loop's B scales: the rows of the 128-block holding the tile's first column and of
+    // the next one (past N, the first again).
+    const int n_row = min(n_first, p.n - 1) / kBlockK;
+    const float* sb_row0 = p.b_scale + n_row * p.sb_ld;
+    const float* sb_row1 = (n_row + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
     float total[kSub][C::kAcc], acc[C::kAcc];
 #pragma unroll
     for (int i = 0; i < kSub * C::kAcc; ++i) total[i / C::kAcc][i % C::kAcc] = 0.0f;
@@ -550,29 +556,36 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
       }
     };
     // Up to 128 columns, two accumulator sets fit: K block i + 1 is issued into one while block i's
-    // promotion reads the other, so a warpgroup's FFMAs overlap its own tensor-core work. One B scale
-    // per K block (these tiles never straddle two scale blocks), loaded from global memory.
-    auto mainloop_overlapped = [&]() {
+    // promotion reads the other, so a warpgroup's FFMAs overlap its own tensor-core work. B scales
+    // from global memory: one per K block, two for a tile that straddles two scale blocks (96 wide).
+    auto mainloop_overlapped = [&](auto former) {
+      constexpr bool kStraddles = decltype(former)::value < C::kGroups;
       float acc2[C::kAcc];
       const std::integral_constant<int, 1> one_newer;
       const std::integral_constant<int, 0> none_newer;
       struct Block {
         int s;
-        float sb;
+        float sb0, sb1;
       };
       // B scales in batches of 32 K blocks, lane i holding block (batch start + i)'s, loaded a batch
       // ahead: a load per K block, one block ahead, left its latency (a DRAM miss on every new
       // line) on the promotion's path; ncu put 16% of the stall samples there on decode shapes.
-      auto batch_at = [&](int j0) {
+      auto batch_at = [&](const float* row, int j0) {
         const int kb = kb_begin + j0 + lane;
-        return kb < kb_end ? __ldg(sb_row0 + kb) : 0.0f;
+        return kb < kb_end ? __ldg(row + kb) : 0.0f;
       };
-      float batch = batch_at(0), batch_next = batch_at(32);
+      float batch = batch_at(sb_row0, 0), batch_next = batch_at(sb_row0, 32);
+      float batch1 = 0.0f, batch1_next = 0.0f;  // the second row's, for straddling tiles
+      if constexpr (kStraddles) batch1 = batch_at(sb_row1, 0), batch1_next = batch_at(sb_row1, 32);
       // Block j goes into acc (j even) or acc2 (j odd); named statically by unrolling pairs.
       auto next = [&](float (&into)[C::kAcc], int j, Block& b) {
         b.s = ring.stage;
-        if (j % 32 == 0 && j > 0) batch = batch_next, batch_next = batch_at(j + 32);
-        b.sb = __shfl_sync(~0u, batch, j % 32);
+        if (j % 32 == 0 && j > 0) {
+          batch = batch_next, batch_next = batch_at(sb_row0, j + 32);
+          if constexpr (kStraddles) batch1 = batch1_next, batch1_next = batch_at(sb_row1, j + 32);
+        }
+        b.sb0 = __shfl_sync(~0u, batch, j % 32);
+        b.sb1 = kStraddles ? __shfl_sync(~0u, batch1, j % 32) : 0.0f;
         mbar_wait(&full[b.s], ring.phase);
         issue(into, b.s, 0);
         ring.advance();
@@ -583,7 +596,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         const float sa_hi = lds_f32(scale_addr + b.s * C::kBlockM * 4 + 32);
         asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(decltype(in_flight)::value) : "memory");
         if (lane == 0) release(b.s);
-        promote(std::integral_constant<int, C::kGroups>{}, total[0], from, sa_lo, sa_hi, b.sb, 0.0f);
+        promote(former, total[0], from, sa_lo, sa_hi, b.sb0, b.sb1);
       };
       const int n = kb_end - kb_begin;
       Block prev, cur;
@@ -603,7 +616,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         finish(none_newer, acc, prev);
       }
     };
-    if constexpr (C::kOverlap) mainloop_overlapped();
+    if constexpr (C::kOverlap) with_former<kBlockN>(n_first % kBlockK, mainloop_overlapped);
     else with_former<kBlockN>(n_first % kBlockK, mainloop);
 
     // Epilogue: register 4g + j holds column 8g + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).
