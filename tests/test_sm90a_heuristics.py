@@ -83,9 +83,10 @@ def test_plan_choices_on_the_benchmark_shapes(plan):
         (160, 4096, 14336),
         (768, 1536, 7168),
         (320, 4096, 7168),
+        (64, 18432, 7168),
     ]
     got = plan([(*s, 132) for s in [*shapes, (0, 256, 512)]])
-    assert [(p["consumers"], p["block_n"], p["splits"]) for p in got[:12]] == [
+    assert [(p["consumers"], p["block_n"], p["splits"]) for p in got[:13]] == [
         (4, 128, 1),
         (4, 128, 1),
         (3, 128, 1),  # 2 x 192: level under do_bench, 5% slower kernels ("17_eleventh_session")
@@ -98,5 +99,6 @@ def test_plan_choices_on_the_benchmark_shapes(plan):
         (3, 128, 4),  # above 128 rows 192-row tiles in K splits (2 x 128 in 2 splits: 12% slower)
         (2, 160, 2),  # 120 work items in one wave (256 x 128 in 3 splits: 14% slower)
         (2, 96, 1),  # 129 tiles in one wave (128 x 192 in 2 splits: 22% slower, 128 x 128: 11%)
+        (1, 96, 1),  # 192 tiles in two waves (64 x 64: 288 in three, 9% slower)
     ]
-    assert got[12]["grid"] == 0  # M = 0: nothing to launch, and no division by zero
+    assert got[13]["grid"] == 0  # M = 0: nothing to launch, and no division by zero

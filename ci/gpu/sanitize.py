@@ -8,7 +8,7 @@ from fp8gemm import conformance
 backend = sys.argv[1] if len(sys.argv) > 1 else None
 # The default plan picks 16-, 64- and 192-wide tiles and 256-row ones here (700 x 4000: 128 x 192,
 # 2000 x 4000: 256 x 128, both with M and N tails), and the widths that straddle two B-scale blocks
-# at every offset (330 x 4080: 128 x 96, 1000 x 2096: 128 x 160, with tails).
+# at every offset (330 x 4080: 128 x 96, 1000 x 2096: 128 x 160, with tails; 40 x 18400: 64 x 96).
 SHAPES = [
     (1, 16, 128),
     (37, 272, 640),
@@ -20,6 +20,7 @@ SHAPES = [
     (2000, 4000, 512),
     (330, 4080, 640),
     (1000, 2096, 1024),
+    (40, 18400, 384),
 ]
 for i, (m, n, k) in enumerate(SHAPES):
     case = conformance.Case(m, n, k, torch.float32 if i % 2 else torch.bfloat16, i % 2 == 0, i % 3 == 0)

@@ -130,6 +130,7 @@ void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params
     case 10161: return launch_tiles<1, 16, 1>(args, p, plan.grid, stream, dev);
     case 10321: return launch_tiles<1, 32, 1>(args, p, plan.grid, stream, dev);
     case 10641: return launch_tiles<1, 64, 1>(args, p, plan.grid, stream, dev);
+    case 10961: return launch_tiles<1, 96, 1>(args, p, plan.grid, stream, dev);
     case 11281: return launch_tiles<1, 128, 1>(args, p, plan.grid, stream, dev);
     case 20641: return launch_tiles<2, 64, 1>(args, p, plan.grid, stream, dev);
     case 21281: return launch_tiles<2, 128, 1>(args, p, plan.grid, stream, dev);
