@@ -57,9 +57,10 @@ inline int splits_for(int64_t tiles, int kb_total, int sm_count) {
 // The eleventh session added 128 x 96 and 128 x 160 (they fill the waves of N = 1536, 2112, 4096,
 // 18432, 576, ...) and rated 192 x 128 by what it sustains streaming whole K: one sweep of every
 // 128- and 192-row tile on 18 shapes plus an A/B of the changed plans on 23 more
-// ("17_eleventh_session"); then 64 x 96 for decode at N = 18432 and 24576 (+1-9%, run_d; rated
-// just below the 2 x 64 tile's ties at 160-384 rows, where it measured up to 15% slower). In K splits 192 x 128 keeps its old rate: rated 1220 there it took
-// 160x2112x7168 and 192x4096x7168 from the 64- and 128-row tiles and lost 11-14%.
+// ("17_eleventh_session"). In K splits 192 x 128 keeps its old rate: rated 1220 there it took
+// 160x2112x7168 and 192x4096x7168 from the 64- and 128-row tiles and lost 11-14%. Then 64 x 96 for
+// decode at N = 18432 and 24576 (+1-9%, run_d), rated just below where it would tie the 2 x 64 tile
+// at 160-384 rows (measured up to 15% slower there).
 // Only the ranking matters: the fixed cost is the same for every candidate.
 struct TileRate {
   int consumers, block_n, cluster;
@@ -67,7 +68,7 @@ struct TileRate {
   double split_tflops = 0;  // the rate in K splits, where it differs
 };
 constexpr TileRate kTileRates[] = {
-    {1, 16, 1, 300}, {1, 32, 1, 450}, {1, 64, 1, 615}, {1, 96, 1, 620}, {1, 128, 1, 690},  // 64-row tiles (one consumer)
+    {1, 16, 1, 300}, {1, 32, 1, 450}, {1, 64, 1, 615}, {1, 96, 1, 620}, {1, 128, 1, 690},  // 64-row tiles
     {2, 64, 1, 840}, {2, 96, 1, 880}, {2, 128, 1, 1120}, {2, 160, 1, 1100}, {2, 192, 1, 1150},  // 128-row tiles
     {3, 128, 1, 1220, 1050},  // 192-row tiles
     {4, 128, 1, 1230},  // 256-row tiles: +4-5% over 128 x 192 at 8192^3 and 4096x32768x512 when rated

@@ -133,9 +133,9 @@ void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params
     case 10961: return launch_tiles<1, 96, 1>(args, p, plan.grid, stream, dev);
     case 11281: return launch_tiles<1, 128, 1>(args, p, plan.grid, stream, dev);
     case 20641: return launch_tiles<2, 64, 1>(args, p, plan.grid, stream, dev);
+    case 20961: return launch_tiles<2, 96, 1>(args, p, plan.grid, stream, dev);
     case 21281: return launch_tiles<2, 128, 1>(args, p, plan.grid, stream, dev);
     case 21282: return launch_tiles<2, 128, 2>(args, p, plan.grid, stream, dev);
-    case 20961: return launch_tiles<2, 96, 1>(args, p, plan.grid, stream, dev);
     case 21601: return launch_tiles<2, 160, 1>(args, p, plan.grid, stream, dev);
     case 21921: return launch_tiles<2, 192, 1>(args, p, plan.grid, stream, dev);
     case 31281: return launch_tiles<3, 128, 1>(args, p, plan.grid, stream, dev);
