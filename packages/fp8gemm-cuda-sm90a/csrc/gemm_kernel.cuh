@@ -262,15 +262,24 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
 // instantiation: one for the widths dividing 128, two for 192, four for 96 and 160.
 template <int kBlockN, int kOffset = 0, typename F>
 __device__ __forceinline__ void with_former(int offset, F&& f) {
-  constexpr int kGroups = kBlockN / 8, kLeft = (kBlockK - kOffset) / 8;
-  if constexpr (kBlockK % kBlockN == 0) {  // tiles never straddle: one loop, whatever the offset
-    f(std::integral_constant<int, kGroups>{});
-  } else if constexpr (kOffset + gcd(kBlockN, kBlockK) >= kBlockK) {
-    f(std::integral_constant<int, (kLeft < kGroups ? kLeft : kGroups)>{});
-  } else {
-    if (offset == kOffset) f(std::integral_constant<int, (kLeft < kGroups ? kLeft : kGroups)>{});
-    else with_former<kBlockN, kOffset + gcd(kBlockN, kBlockK)>(offset, f);
-  }
+  constexpr int kGroups = kBlockN / 8, kLeft = (kBlockK - kOffset) / 8, kStep = gcd(kBlockN, kBlockK);
+  const std::integral_constant<int, (kLeft < kGroups ? kLeft : kGroups)> former;
+  // Widths dividing 128 never straddle: one loop, whatever the offset (kFormer = kGroups at 0).
+  if constexpr (kBlockK % kBlockN == 0 || kOffset + kStep >= kBlockK) f(former);
+  else if (offset == kOffset) f(former);
+  else with_former<kBlockN, kOffset + kStep>(offset, f);
+}
+
+// The B-scale rows of a tile whose first column is n_first: the 128-block holding that column and
+// the next one (past N, the first again). A tile wholly past N (the odd one out of an N pair) reads
+// the last row; its columns are masked either way.
+struct ScaleRows {
+  const float *first, *next;
+};
+__device__ __forceinline__ ScaleRows b_scale_rows(const Params& p, int n_first) {
+  const int n_row = min(n_first, p.n - 1) / kBlockK;
+  const float* first = p.b_scale + n_row * p.sb_ld;
+  return {first, (n_row + 1) * kBlockK < p.n ? first + p.sb_ld : first};
 }
 
 // Named barriers of the store-warp epilogue (the per-warpgroup ones are 1 + warpgroup).
@@ -381,13 +390,8 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         const int kb_begin = tile.split * p.kb_per_split;
         const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
         if (C::kSegmentScalesB && producer_warp == 1) {
-          // Rows of the 128-block holding the tile's first column and of the next one (a tile whose
-          // width does not divide 128 may straddle two; past N it repeats the first row). A tile
-          // wholly past N (the odd one out of an N pair) reads the last row; its columns are masked
-          // either way.
-          const int n_row = min(tile.n_block * kBlockN, p.n - 1) / kBlockK;
-          const float* sb_row0 = p.b_scale + n_row * p.sb_ld;
-          const float* sb_row1 = (n_row + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
+          // A tile whose width does not divide 128 may straddle two scale blocks.
+          const auto [sb_row0, sb_row1] = b_scale_rows(p, tile.n_block * kBlockN);
           for (int kb0 = kb_begin; kb0 < kb_end; kb0 += kSegKb, ++seg) {
             const int b = seg & 1;
             mbar_wait(&seg_empty[b], ((seg >> 1) & 1) ^ 1);  // a fresh barrier passes the first round
@@ -471,11 +475,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
     const int kb_begin = tile.split * p.kb_per_split;
     const int kb_end = min(kb_total, kb_begin + p.kb_per_split);
     const int n_first = tile.n_block * kBlockN;
-    // The two-set loop's B scales: the rows of the 128-block holding the tile's first column and of
-    // the next one (past N, the first again).
-    const int n_row = min(n_first, p.n - 1) / kBlockK;
-    const float* sb_row0 = p.b_scale + n_row * p.sb_ld;
-    const float* sb_row1 = (n_row + 1) * kBlockK < p.n ? sb_row0 + p.sb_ld : sb_row0;
+    const ScaleRows sb_rows = b_scale_rows(p, n_first);  // the two-set loop's B scales
     float total[kSub][C::kAcc], acc[C::kAcc];
 #pragma unroll
     for (int i = 0; i < kSub * C::kAcc; ++i) total[i / C::kAcc][i % C::kAcc] = 0.0f;
@@ -574,15 +574,15 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         const int kb = kb_begin + j0 + lane;
         return kb < kb_end ? __ldg(row + kb) : 0.0f;
       };
-      float batch = batch_at(sb_row0, 0), batch_next = batch_at(sb_row0, 32);
+      float batch = batch_at(sb_rows.first, 0), batch_next = batch_at(sb_rows.first, 32);
       float batch1 = 0.0f, batch1_next = 0.0f;  // the second row's, for straddling tiles
-      if constexpr (kStraddles) batch1 = batch_at(sb_row1, 0), batch1_next = batch_at(sb_row1, 32);
+      if constexpr (kStraddles) batch1 = batch_at(sb_rows.next, 0), batch1_next = batch_at(sb_rows.next, 32);
       // Block j goes into acc (j even) or acc2 (j odd); named statically by unrolling pairs.
       auto next = [&](float (&into)[C::kAcc], int j, Block& b) {
         b.s = ring.stage;
         if (j % 32 == 0 && j > 0) {
-          batch = batch_next, batch_next = batch_at(sb_row0, j + 32);
-          if constexpr (kStraddles) batch1 = batch1_next, batch1_next = batch_at(sb_row1, j + 32);
+          batch = batch_next, batch_next = batch_at(sb_rows.first, j + 32);
+          if constexpr (kStraddles) batch1 = batch1_next, batch1_next = batch_at(sb_rows.next, j + 32);
         }
         b.sb0 = __shfl_sync(~0u, batch, j % 32);
         b.sb1 = kStraddles ? __shfl_sync(~0u, batch1, j % 32) : 0.0f;
