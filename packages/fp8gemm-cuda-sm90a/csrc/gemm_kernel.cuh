@@ -74,7 +74,8 @@ struct Cfg {
   static_assert(kBlockN >= 16 && kBlockN <= 192 && kBlockN % 16 == 0, "BLOCK_N: a multiple of 16 up to 192");
   // A tile takes the B scales of at most two 128-wide blocks (its furthest start into one is 128 -
   // gcd(BLOCK_N, 128)): 176, starting 112 columns in, would reach into a third.
-  static_assert(kBlockK - gcd(kBlockN, kBlockK) + kBlockN <= 2 * kBlockK, "BLOCK_N: tiles straddle at most two scale blocks");
+  static_assert(kBlockK - gcd(kBlockN, kBlockK) + kBlockN <= 2 * kBlockK,
+                "BLOCK_N: tiles straddle at most two scale blocks");
   static_assert(kSub == 1 || (kSub == 2 && kBlockN <= kBlockK), "two slices per warpgroup: up to 128 columns");
   static constexpr int kAcc = kBlockN / 2;           // fp32 accumulators per thread (m64nNk32)
   static constexpr int kGroups = kBlockN / 8;        // 8-column groups: accumulators 4g .. 4g + 3
