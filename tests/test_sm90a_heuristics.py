@@ -20,13 +20,13 @@ int main() {
   long long m, n, k; int sms;
   while (std::scanf("%lld %lld %lld %d", &m, &n, &k, &sms) == 4) {
     const auto p = fp8gemm_sm90a::plan_for(m, n, k, sms);
-    std::printf("%d %d %d %d %d %d %d %d %lld %d\n", p.consumers, p.block_n, p.cluster, p.m_blocks, p.n_blocks,
+    std::printf("%d %d %d %d %d %d %d %d %lld %d %d\n", p.consumers, p.block_n, p.cluster, p.m_blocks, p.n_blocks,
                 p.splits, p.kb_per_split, p.grid, (long long)p.workspace_bytes,
-                (int)fp8gemm_sm90a::tile_supported(p.consumers, p.block_n, p.cluster));
+                (int)fp8gemm_sm90a::tile_supported(p.consumers, p.block_n, p.cluster), p.group_m);
   }
 }
 """
-FIELDS = "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported".split()
+FIELDS = "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported group_m".split()
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,7 @@ def check_plan(p, m, n, k, sms):
     assert p["workspace"] == (p["splits"] * m * n * 4 if p["splits"] > 1 else 0)
     if m <= 64:
         assert p["consumers"] == 1  # no padding rows for decode
+    assert p["group_m"] in (2, 16)
 
 
 @settings(max_examples=300, deadline=None)
@@ -102,3 +103,23 @@ def test_plan_choices_on_the_benchmark_shapes(plan):
         (1, 96, 1),  # 192 tiles in two waves (64 x 64: 288 in three, 9% slower)
     ]
     assert got[13]["grid"] == 0  # M = 0: nothing to launch, and no division by zero
+
+
+def test_rasterisation_pairs_m_blocks_only_in_a_single_unsplit_wave(plan):
+    """M blocks are walked in pairs only when every CTA takes one tile of <= 96 columns and there are >= 4 M
+    blocks (measured 1.07x at 1024x1536x7168, 1.13-1.16x at 1024x1024x7168 and 768x2048x7168; bench/NOTES.md);
+    otherwise in groups of 16 (pairs measured 0.92x at 4096x32768x512, 4 waves)."""
+    shapes = [(1024, 1536, 7168), (768, 2048, 7168), (1024, 1024, 7168), (4096, 4096, 7168), (4096, 32768, 512),
+              (2048, 576, 7168), (384, 2112, 7168), (1024, 3072, 1536), (128, 7168, 16384)]  # fmt: skip
+    got = plan([(*s, 132) for s in shapes])
+    assert [(p["block_n"], p["m_blocks"], p["splits"], p["grid"], p["group_m"]) for p in got] == [
+        (96, 8, 1, 128, 2),  # 128 tiles of 128 x 96
+        (96, 6, 1, 132, 2),
+        (64, 8, 1, 128, 2),
+        (128, 16, 1, 132, 16),  # 256 x 128 in clusters: 4 waves
+        (128, 16, 1, 132, 16),
+        (160, 16, 2, 128, 16),  # one wave, but of K splits (pairs measured 0.96x)
+        (64, 3, 1, 99, 16),  # 3 M blocks (pairs measured 0.97x)
+        (192, 8, 1, 128, 16),  # wide tiles: pairs measured 0.95x and 1.03x in two runs
+        (64, 1, 1, 112, 16),
+    ]

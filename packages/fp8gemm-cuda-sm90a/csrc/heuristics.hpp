@@ -7,12 +7,14 @@
 namespace fp8gemm_sm90a {
 
 constexpr int kBlockK = 128;  // = scale block: one promotion per pipeline stage
-constexpr int kGroupM = 16;   // tile rasterisation: M blocks per group (FP8GEMM_SM90A_GROUP_M overrides)
+// Tile rasterisation: M blocks per group (see plan_for; FP8GEMM_SM90A_GROUP_M overrides).
+constexpr int kGroupM = 16;
+constexpr int kGroupMOneWave = 2;
 
 // Forced choices for experiments (FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]",
-// FP8GEMM_SM90A_SPLITS=n); 0 leaves the choice to the policy.
+// FP8GEMM_SM90A_SPLITS=n, FP8GEMM_SM90A_GROUP_M=n); 0 leaves the choice to the policy.
 struct Tuning {
-  int consumers = 0, block_n = 0, cluster = 0, splits = 0;
+  int consumers = 0, block_n = 0, cluster = 0, splits = 0, group_m = 0;
 };
 
 struct Plan {
@@ -21,6 +23,7 @@ struct Plan {
   int cluster;    // CTAs per cluster: along N sharing A for 256-row tiles, else along M sharing B
   int m_blocks, n_blocks, splits, kb_per_split;
   int grid;  // persistent CTAs
+  int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks, M fastest
   int64_t workspace_bytes;
 };
 
@@ -154,6 +157,13 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   const int64_t cluster_tiles = (along_n ? p.m_blocks * ceil_div(p.n_blocks, p.cluster)
                                          : ceil_div(p.m_blocks, p.cluster) * p.n_blocks) * p.splits;
   p.grid = static_cast<int>(std::min<int64_t>(cluster_tiles, sm_count / p.cluster) * p.cluster);
+  // Groups of 16 M blocks keep a wave's A and B blocks few (L2 reuse across waves). When every CTA
+  // takes exactly one tile of at most 96 columns, from 4 M blocks up, M blocks walked in pairs
+  // measured 7-16% faster (1024x1536x7168, 768x2048x7168, 1024x1024x7168; the order then only
+  // places tiles on SMs). Wider single-wave tiles were level or mixed (bench/NOTES.md).
+  const bool one_wave = p.splits == 1 && cluster_tiles <= sm_count / p.cluster;
+  p.group_m = one_wave && p.m_blocks >= 4 && p.block_n <= 96 ? kGroupMOneWave : kGroupM;
+  if (tuning.group_m) p.group_m = tuning.group_m;
   p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
   return p;
 }

@@ -152,8 +152,9 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
-// Experiments: FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]" and FP8GEMM_SM90A_SPLITS=n force the
-// plan's choices (read once per process); a tile launch.cu does not instantiate is an error.
+// Experiments: FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]", FP8GEMM_SM90A_SPLITS=n and
+// FP8GEMM_SM90A_GROUP_M=n force the plan's choices (read once per process); a tile launch.cu does
+// not instantiate is an error.
 const Tuning& tuning() {
   static const Tuning t = [] {
     Tuning t;
@@ -165,6 +166,7 @@ const Tuning& tuning() {
                                  " is not a compiled tile (see heuristics.hpp tile_supported)");
     }
     t.splits = std::max(0, env_int("FP8GEMM_SM90A_SPLITS", 0));
+    t.group_m = std::max(0, env_int("FP8GEMM_SM90A_GROUP_M", 0));
     return t;
   }();
   return t;
@@ -186,8 +188,7 @@ void launch(const fp8gemm::LaunchArgs& args) {
   p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
   p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
   p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
-  static const int group_m = std::max(1, env_int("FP8GEMM_SM90A_GROUP_M", kGroupM));
-  p.group_m = group_m;
+  p.group_m = plan.group_m;
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
   launch_plan(plan, args, p, stream, dev);
   check(cudaGetLastError(), "GEMM kernel launch");
