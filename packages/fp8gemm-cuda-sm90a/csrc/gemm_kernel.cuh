@@ -68,9 +68,9 @@ struct Cfg {
   static constexpr int kStages = stages_for(kBlockM, kBlockN);
   static_assert(kStages >= 3, "at least three pipeline stages");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
-  // 2-CTA clusters pair 256-row tiles along N, sharing (multicasting) the A tile; the others pair
-  // along M, sharing B.
-  static constexpr bool kAlongN = kCluster > 1 && kSub == 2;
+  // 2-CTA clusters pair tiles along N, sharing (multicasting) the A tile, or along M, sharing B
+  // (heuristics.hpp pairs_along_n).
+  static constexpr bool kAlongN = kCluster > 1 && pairs_along_n(kConsumers * kSub);
   static_assert(kBlockN >= 16 && kBlockN <= 192 && kBlockN % 16 == 0, "BLOCK_N: a multiple of 16 up to 192");
   // A tile takes the B scales of at most two 128-wide blocks (its furthest start into one is 128 -
   // gcd(BLOCK_N, 128)): 176, starting 112 columns in, would reach into a third.

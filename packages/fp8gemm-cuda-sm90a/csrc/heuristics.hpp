@@ -81,8 +81,9 @@ constexpr TileRate kTileRates[] = {
     {4, 128, 2, 1270},
 };
 
-// gemm_kernel.cuh Cfg::kAlongN: 256-row tiles pair along N (sharing A), the others along M.
-inline bool pairs_along_n(int consumers) { return consumers == 4; }
+// Which way a 2-CTA cluster pairs tiles (gemm_kernel.cuh Cfg::kAlongN reads it too): 256-row tiles
+// along N (sharing A), the others along M (sharing B).
+constexpr bool pairs_along_n(int consumers) { return consumers == 4; }
 
 // Work items of a tile choice: a cluster's tiles are whole pairs, so an odd block count along the
 // paired dimension computes one padding block.
