@@ -20,13 +20,13 @@ int main() {
   long long m, n, k; int sms;
   while (std::scanf("%lld %lld %lld %d", &m, &n, &k, &sms) == 4) {
     const auto p = fp8gemm_sm90a::plan_for(m, n, k, sms);
-    std::printf("%d %d %d %d %d %d %d %d %lld %d %d\n", p.consumers, p.block_n, p.cluster, p.m_blocks, p.n_blocks,
+    std::printf("%d %d %d %d %d %d %d %d %lld %d %d %d\n", p.consumers, p.block_n, p.cluster, p.m_blocks, p.n_blocks,
                 p.splits, p.kb_per_split, p.grid, (long long)p.workspace_bytes,
-                (int)fp8gemm_sm90a::tile_supported(p.consumers, p.block_n, p.cluster), p.group_m);
+                (int)fp8gemm_sm90a::tile_supported(p.consumers, p.block_n, p.cluster), p.group_m, (int)p.placement_pairs);
   }
 }
 """
-FIELDS = "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported group_m".split()
+FIELDS = "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported group_m pairs".split()
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +55,8 @@ def check_plan(p, m, n, k, sms):
     if m <= 64:
         assert p["consumers"] == 1  # no padding rows for decode
     assert p["group_m"] in (2, 16)
+    if p["pairs"]:  # placement pairs: 1-CTA tiles sharing B blocks, whole clusters of 2
+        assert p["cluster"] == 1 and p["m_blocks"] >= 2 and p["grid"] % 2 == 0
 
 
 @settings(max_examples=300, deadline=None)
@@ -119,7 +121,26 @@ def test_rasterisation_pairs_m_blocks_only_in_a_single_unsplit_wave(plan):
         (128, 16, 1, 132, 16),  # 256 x 128 in clusters: 4 waves
         (128, 16, 1, 132, 16),
         (160, 16, 2, 128, 16),  # one wave, but of K splits (pairs measured 0.96x)
-        (64, 3, 1, 99, 16),  # 3 M blocks (pairs measured 0.97x)
+        (64, 3, 1, 100, 16),  # 3 M blocks (pairs measured 0.97x); 99 tiles, launched in placement pairs
         (192, 8, 1, 128, 16),  # wide tiles: pairs measured 0.95x and 1.03x in two runs
         (64, 1, 1, 112, 16),
     ]
+
+
+def test_placement_pairs_only_for_unclustered_tiles_that_share_b(plan):
+    """1-CTA tiles launch as 2-CTA clusters (placement only) when consecutive tiles share a B block (>= 2 M
+    blocks): measured up to 1.16x (768x2048x7168, 128x4096x7168), level with one M block (bench/NOTES.md)."""
+    shapes = [(128, 4096, 7168), (768, 2048, 7168), (4096, 2112, 7168), (384, 2112, 7168), (64, 2112, 7168),
+              (128, 32768, 512), (4096, 4096, 7168), (1, 16, 128)]  # fmt: skip
+    got = plan([(*s, 132) for s in shapes])
+    assert [(p["pairs"], p["grid"]) for p in got] == [
+        (1, 128),
+        (1, 132),
+        (1, 132),
+        (1, 100),  # 99 tiles: one CTA more, which finds no tile
+        (0, 132),  # one M block: a pair would share only the small A block
+        (0, 132),
+        (0, 132),  # 256 x 128 tiles in multicast clusters already
+        (0, 1),
+    ]
+    assert plan([(129, 16, 128, 3)])[0]["pairs"] == 0  # 3 tiles on 3 SMs: a fourth CTA does not fit

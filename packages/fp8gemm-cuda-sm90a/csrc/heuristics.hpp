@@ -12,9 +12,10 @@ constexpr int kGroupM = 16;
 constexpr int kGroupMOneWave = 2;
 
 // Forced choices for experiments (FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]",
-// FP8GEMM_SM90A_SPLITS=n, FP8GEMM_SM90A_GROUP_M=n); 0 leaves the choice to the policy.
+// FP8GEMM_SM90A_SPLITS=n, FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1); 0 leaves the choice to
+// the policy.
 struct Tuning {
-  int consumers = 0, block_n = 0, cluster = 0, splits = 0, group_m = 0;
+  int consumers = 0, block_n = 0, cluster = 0, splits = 0, group_m = 0, no_pairs = 0;
 };
 
 struct Plan {
@@ -24,6 +25,7 @@ struct Plan {
   int m_blocks, n_blocks, splits, kb_per_split;
   int grid;  // persistent CTAs
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks, M fastest
+  bool placement_pairs;  // 1-CTA tiles launched as 2-CTA clusters, for placement only (plan_for)
   int64_t workspace_bytes;
 };
 
@@ -165,6 +167,17 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   const bool one_wave = p.splits == 1 && cluster_tiles <= sm_count / p.cluster;
   p.group_m = one_wave && p.m_blocks >= 4 && p.block_n <= 96 ? kGroupMOneWave : kGroupM;
   if (tuning.group_m) p.group_m = tuning.group_m;
+  // Placement pairs: 1-CTA tiles launched in 2-CTA clusters, with no multicast and no cross-CTA
+  // barrier. A cluster's two CTAs run side by side on one GPC, and in the tile order above two
+  // consecutive tiles are adjacent M blocks of one N block, so they read the same B block at the same
+  // time and those reads merge on the way to the L2 (bench/NOTES.md: the L2 request coalescer).
+  // Measured against unpaired launches (sweeps "19_thirteenth_session" run_f, H100): 1.03x geomean
+  // over 31 shapes, up to 1.16x (768x2048x7168, 128x4096x7168), 1.12x at 96x4096x7168; level with one
+  // M block (nothing shared but the small A block; 128x32768x512 0.96), so those stay unpaired. An odd
+  // grid gains a CTA that finds no tile, unless that would exceed the SMs.
+  p.placement_pairs = p.cluster == 1 && p.m_blocks >= 2 && p.grid >= 2 && p.grid + p.grid % 2 <= sm_count &&
+                      !tuning.no_pairs;
+  if (p.placement_pairs) p.grid += p.grid % 2;
   p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
   return p;
 }

@@ -67,7 +67,7 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
 }
 
 template <int kConsumers, int kBlockN, int kCluster, int kSub = 1>
-void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, int grid, cudaStream_t stream, int dev) {
+void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, int grid, bool pairs, cudaStream_t stream, int dev) {
   using C = Cfg<kConsumers, kBlockN, kCluster, kSub>;
   auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster, kSub>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
@@ -99,18 +99,29 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, int grid, cudaStream_t
   config.blockDim = dim3(C::kThreads);
   config.dynamicSmemBytes = C::kSmemBytes;
   config.stream = stream;
+  // 2-CTA clusters: multicast pairs (kCluster = 2) or the plan's placement pairs of 1-CTA tiles.
+  // Persistent: no more clusters than can be resident at once (asked once per device; stored + 1, so
+  // 0 means not asked yet). A GPU without room for 2-CTA clusters runs placement pairs unpaired.
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kCluster, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  if constexpr (kCluster > 1) {  // persistent: no more clusters than can be resident at once
-    static int max_clusters[kMaxDevices] = {};
-    if (!max_clusters[dev]) {
-      check(cudaOccupancyMaxActiveClusters(&max_clusters[dev], kernel, &config), "cluster occupancy");
-      if (std::getenv("FP8GEMM_DEBUG")) std::fprintf(stderr, "fp8gemm-cuda-sm90a: %d resident 2-CTA clusters\n", max_clusters[dev]);
+  if (kCluster > 1 || pairs) {
+    static int resident_plus_1[kMaxDevices] = {};
+    if (!resident_plus_1[dev]) {
+      int resident = 0;
+      config.gridDim = dim3(2);
+      check(cudaOccupancyMaxActiveClusters(&resident, kernel, &config), "cluster occupancy");
+      if (std::getenv("FP8GEMM_DEBUG")) std::fprintf(stderr, "fp8gemm-cuda-sm90a: %d resident 2-CTA clusters\n", resident);
+      if (!resident && kCluster > 1) throw std::runtime_error("fp8gemm-cuda-sm90a: no 2-CTA cluster fits on this GPU");
+      resident_plus_1[dev] = resident + 1;
     }
-    config.gridDim = dim3(std::min(grid, max_clusters[dev] * kCluster));
+    const int resident = resident_plus_1[dev] - 1;
+    if (resident > 0) config.gridDim = dim3(std::min(grid / 2, resident) * 2);  // the plan's grid is even
+    else cluster.val.clusterDim.x = 1, config.gridDim = dim3(grid);
+  } else {
+    cluster.val.clusterDim.x = 1;
   }
   // bf16 output: TMA stores of 64-column boxes over a consumer warpgroup's rows, 128-byte swizzled
   // (32-wide tiles: 64 x 32 boxes, 64-byte swizzled). Unused for fp32 out, split-K and 16-wide
@@ -127,20 +138,20 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, int grid, cudaStream_t
 void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params& p, cudaStream_t stream, int dev) {
   const int key = plan.consumers * 10000 + plan.block_n * 10 + plan.cluster;
   switch (key) {
-    case 10161: return launch_tiles<1, 16, 1>(args, p, plan.grid, stream, dev);
-    case 10321: return launch_tiles<1, 32, 1>(args, p, plan.grid, stream, dev);
-    case 10641: return launch_tiles<1, 64, 1>(args, p, plan.grid, stream, dev);
-    case 10961: return launch_tiles<1, 96, 1>(args, p, plan.grid, stream, dev);
-    case 11281: return launch_tiles<1, 128, 1>(args, p, plan.grid, stream, dev);
-    case 20641: return launch_tiles<2, 64, 1>(args, p, plan.grid, stream, dev);
-    case 20961: return launch_tiles<2, 96, 1>(args, p, plan.grid, stream, dev);
-    case 21281: return launch_tiles<2, 128, 1>(args, p, plan.grid, stream, dev);
-    case 21282: return launch_tiles<2, 128, 2>(args, p, plan.grid, stream, dev);
-    case 21601: return launch_tiles<2, 160, 1>(args, p, plan.grid, stream, dev);
-    case 21921: return launch_tiles<2, 192, 1>(args, p, plan.grid, stream, dev);
-    case 31281: return launch_tiles<3, 128, 1>(args, p, plan.grid, stream, dev);
-    case 41281: return launch_tiles<2, 128, 1, 2>(args, p, plan.grid, stream, dev);
-    case 41282: return launch_tiles<2, 128, 2, 2>(args, p, plan.grid, stream, dev);
+    case 10161: return launch_tiles<1, 16, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 10321: return launch_tiles<1, 32, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 10641: return launch_tiles<1, 64, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 10961: return launch_tiles<1, 96, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 11281: return launch_tiles<1, 128, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 20641: return launch_tiles<2, 64, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 20961: return launch_tiles<2, 96, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 21281: return launch_tiles<2, 128, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 21282: return launch_tiles<2, 128, 2>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 21601: return launch_tiles<2, 160, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 21921: return launch_tiles<2, 192, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 31281: return launch_tiles<3, 128, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 41281: return launch_tiles<2, 128, 1, 2>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 41282: return launch_tiles<2, 128, 2, 2>(args, p, plan.grid, plan.placement_pairs, stream, dev);
     default: throw std::logic_error("fp8gemm-cuda-sm90a: plan names a tile that is not compiled");
   }
 }
@@ -152,8 +163,8 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
-// Experiments: FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]", FP8GEMM_SM90A_SPLITS=n and
-// FP8GEMM_SM90A_GROUP_M=n force the plan's choices (read once per process); a tile launch.cu does
+// Experiments: FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]", FP8GEMM_SM90A_SPLITS=n,
+// FP8GEMM_SM90A_GROUP_M=n and FP8GEMM_SM90A_NO_PAIRS=1 force the plan's choices (read once per process); a tile launch.cu does
 // not instantiate is an error.
 const Tuning& tuning() {
   static const Tuning t = [] {
@@ -167,6 +178,7 @@ const Tuning& tuning() {
     }
     t.splits = std::max(0, env_int("FP8GEMM_SM90A_SPLITS", 0));
     t.group_m = std::max(0, env_int("FP8GEMM_SM90A_GROUP_M", 0));
+    t.no_pairs = env_int("FP8GEMM_SM90A_NO_PAIRS", 0) != 0;
     return t;
   }();
   return t;
