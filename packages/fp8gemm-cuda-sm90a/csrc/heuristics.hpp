@@ -10,6 +10,7 @@ constexpr int kBlockK = 128;  // = scale block: one promotion per pipeline stage
 // Tile rasterisation: M blocks per group (see plan_for; FP8GEMM_SM90A_GROUP_M overrides).
 constexpr int kGroupM = 16;
 constexpr int kGroupMOneWave = 2;
+constexpr int kGroupMNarrowWave = 4;
 
 // Forced choices for experiments (FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]",
 // FP8GEMM_SM90A_SPLITS=n, FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1); 0 leaves the choice to
@@ -140,6 +141,15 @@ inline void choose_tile(int64_t m, int64_t n, int64_t k, int sm_count, Plan& p) 
   }
 }
 
+// Rows of A plus rows of B that one wave of `wave` tiles touches when tiles are walked in groups of
+// `group` M blocks, M fastest (the L2 working set DeepGEMM's scheduler also minimises).
+inline int64_t wave_footprint(int64_t wave, int group, int64_t m_blocks, int64_t n_blocks, int block_m, int block_n) {
+  const int64_t rows = std::min<int64_t>(group, m_blocks);
+  const int64_t n_span = std::min(n_blocks, ceil_div(wave, rows));
+  const int64_t m_span = std::min(m_blocks, rows * ceil_div(wave, rows * n_blocks));
+  return m_span * block_m + n_span * block_n;
+}
+
 inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning& tuning = {}) {
   Plan p{};
   choose_tile(m, n, k, sm_count, p);
@@ -164,8 +174,18 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   // takes exactly one tile of at most 96 columns, from 4 M blocks up, M blocks walked in pairs
   // measured 7-16% faster (1024x1536x7168, 768x2048x7168, 1024x1024x7168; the order then only
   // places tiles on SMs). Wider single-wave tiles were level or mixed (bench/NOTES.md).
+  // Several waves of unclustered, unsplit tiles: groups of 4 where a wave of them touches fewer rows
+  // of A and B than with groups of 16 (few N blocks: N = 1536 and 2112 with 192 x 128 or 128 x 192
+  // tiles from M = 3072). The footprint ranked six shapes as measured (sweeps "19_thirteenth_session"
+  // run_g); on the 36 grid shapes it changes, 1.013x geomean, 1.02x for K >= 2048, 4096x2112x7168
+  // 1.04x, 6144x2112x7168 1.04x, lowest 0.97x (4096x2112x512; run_h). The 256 x 128 multicast
+  // tiles keep 16: groups of 8, which the footprint prefers there, cost the M = 4096 shapes up to 4%.
   const bool one_wave = p.splits == 1 && cluster_tiles <= sm_count / p.cluster;
   p.group_m = one_wave && p.m_blocks >= 4 && p.block_n <= 96 ? kGroupMOneWave : kGroupM;
+  if (!one_wave && p.splits == 1 && p.cluster == 1 &&
+      wave_footprint(p.grid, kGroupMNarrowWave, p.m_blocks, p.n_blocks, 64 * p.consumers, p.block_n) <
+          wave_footprint(p.grid, kGroupM, p.m_blocks, p.n_blocks, 64 * p.consumers, p.block_n))
+    p.group_m = kGroupMNarrowWave;
   if (tuning.group_m) p.group_m = tuning.group_m;
   // Placement pairs: 1-CTA tiles launched in 2-CTA clusters, with no multicast and no cross-CTA
   // barrier. A cluster's two CTAs run side by side on one GPC, and in the tile order above two
