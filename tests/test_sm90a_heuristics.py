@@ -26,7 +26,9 @@ int main() {
   }
 }
 """
-FIELDS = "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported group_m pairs".split()
+FIELDS = (
+    "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported group_m pairs".split()
+)
 
 
 @pytest.fixture(scope="module")
