@@ -67,7 +67,8 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
 }
 
 template <int kConsumers, int kBlockN, int kCluster, int kSub = 1>
-void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, int grid, bool pairs, cudaStream_t stream, int dev) {
+void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaStream_t stream, int dev) {
+  const int grid = plan.grid;
   using C = Cfg<kConsumers, kBlockN, kCluster, kSub>;
   auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster, kSub>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
@@ -107,7 +108,7 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, int grid, bool pairs, 
   cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  if (kCluster > 1 || pairs) {
+  if (kCluster > 1 || plan.placement_pairs) {
     static int resident_plus_1[kMaxDevices] = {};
     if (!resident_plus_1[dev]) {
       int resident = 0;
@@ -138,20 +139,20 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, int grid, bool pairs, 
 void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params& p, cudaStream_t stream, int dev) {
   const int key = plan.consumers * 10000 + plan.block_n * 10 + plan.cluster;
   switch (key) {
-    case 10161: return launch_tiles<1, 16, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 10321: return launch_tiles<1, 32, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 10641: return launch_tiles<1, 64, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 10961: return launch_tiles<1, 96, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 11281: return launch_tiles<1, 128, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 20641: return launch_tiles<2, 64, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 20961: return launch_tiles<2, 96, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 21281: return launch_tiles<2, 128, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 21282: return launch_tiles<2, 128, 2>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 21601: return launch_tiles<2, 160, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 21921: return launch_tiles<2, 192, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 31281: return launch_tiles<3, 128, 1>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 41281: return launch_tiles<2, 128, 1, 2>(args, p, plan.grid, plan.placement_pairs, stream, dev);
-    case 41282: return launch_tiles<2, 128, 2, 2>(args, p, plan.grid, plan.placement_pairs, stream, dev);
+    case 10161: return launch_tiles<1, 16, 1>(args, p, plan, stream, dev);
+    case 10321: return launch_tiles<1, 32, 1>(args, p, plan, stream, dev);
+    case 10641: return launch_tiles<1, 64, 1>(args, p, plan, stream, dev);
+    case 10961: return launch_tiles<1, 96, 1>(args, p, plan, stream, dev);
+    case 11281: return launch_tiles<1, 128, 1>(args, p, plan, stream, dev);
+    case 20641: return launch_tiles<2, 64, 1>(args, p, plan, stream, dev);
+    case 20961: return launch_tiles<2, 96, 1>(args, p, plan, stream, dev);
+    case 21281: return launch_tiles<2, 128, 1>(args, p, plan, stream, dev);
+    case 21282: return launch_tiles<2, 128, 2>(args, p, plan, stream, dev);
+    case 21601: return launch_tiles<2, 160, 1>(args, p, plan, stream, dev);
+    case 21921: return launch_tiles<2, 192, 1>(args, p, plan, stream, dev);
+    case 31281: return launch_tiles<3, 128, 1>(args, p, plan, stream, dev);
+    case 41281: return launch_tiles<2, 128, 1, 2>(args, p, plan, stream, dev);
+    case 41282: return launch_tiles<2, 128, 2, 2>(args, p, plan, stream, dev);
     default: throw std::logic_error("fp8gemm-cuda-sm90a: plan names a tile that is not compiled");
   }
 }
