@@ -101,28 +101,25 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
   config.dynamicSmemBytes = C::kSmemBytes;
   config.stream = stream;
   // 2-CTA clusters: multicast pairs (kCluster = 2) or the plan's placement pairs of 1-CTA tiles.
-  // Persistent: no more clusters than can be resident at once (asked once per device; stored + 1, so
-  // 0 means not asked yet). A GPU without room for 2-CTA clusters runs placement pairs unpaired.
+  // Persistent: no more clusters than can be resident at once (asked once per device). A GPU without
+  // room for 2-CTA clusters runs placement pairs unpaired.
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
   if (kCluster > 1 || plan.placement_pairs) {
-    static int resident_plus_1[kMaxDevices] = {};
-    if (!resident_plus_1[dev]) {
-      int resident = 0;
+    cluster.val.clusterDim.x = 2;
+    static std::once_flag asked[kMaxDevices];
+    static int resident[kMaxDevices];
+    std::call_once(asked[dev], [&] {
       config.gridDim = dim3(2);
-      check(cudaOccupancyMaxActiveClusters(&resident, kernel, &config), "cluster occupancy");
-      if (std::getenv("FP8GEMM_DEBUG")) std::fprintf(stderr, "fp8gemm-cuda-sm90a: %d resident 2-CTA clusters\n", resident);
-      if (!resident && kCluster > 1) throw std::runtime_error("fp8gemm-cuda-sm90a: no 2-CTA cluster fits on this GPU");
-      resident_plus_1[dev] = resident + 1;
-    }
-    const int resident = resident_plus_1[dev] - 1;
-    if (resident > 0) config.gridDim = dim3(std::min(grid / 2, resident) * 2);  // the plan's grid is even
+      check(cudaOccupancyMaxActiveClusters(&resident[dev], kernel, &config), "cluster occupancy");
+      if (std::getenv("FP8GEMM_DEBUG")) std::fprintf(stderr, "fp8gemm-cuda-sm90a: %d resident 2-CTA clusters\n", resident[dev]);
+    });
+    if (!resident[dev] && kCluster > 1) throw std::runtime_error("fp8gemm-cuda-sm90a: no 2-CTA cluster fits on this GPU");
+    if (resident[dev]) config.gridDim = dim3(std::min(grid / 2, resident[dev]) * 2);  // the plan's grid is even
     else cluster.val.clusterDim.x = 1, config.gridDim = dim3(grid);
-  } else {
-    cluster.val.clusterDim.x = 1;
   }
   // bf16 output: TMA stores of 64-column boxes over a consumer warpgroup's rows, 128-byte swizzled
   // (32-wide tiles: 64 x 32 boxes, 64-byte swizzled). Unused for fp32 out, split-K and 16-wide
@@ -165,8 +162,8 @@ int env_int(const char* name, int fallback) {
 }
 
 // Experiments: FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]", FP8GEMM_SM90A_SPLITS=n,
-// FP8GEMM_SM90A_GROUP_M=n and FP8GEMM_SM90A_NO_PAIRS=1 force the plan's choices (read once per process); a tile launch.cu does
-// not instantiate is an error.
+// FP8GEMM_SM90A_GROUP_M=n and FP8GEMM_SM90A_NO_PAIRS=1 force the plan's choices (read once per
+// process); a tile launch.cu does not instantiate is an error.
 const Tuning& tuning() {
   static const Tuning t = [] {
     Tuning t;
