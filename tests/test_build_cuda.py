@@ -7,7 +7,7 @@ import re
 import subprocess
 
 import pytest
-from isa import build_wheel, extract_module, needed_libraries, require_tool, sass_opcodes
+from isa import build_wheel, extract_module, needed_libraries, require_tool, sass_opcodes, sass_opcodes_by_function
 
 PACKAGES = {
     # package: (cubin target, {SASS opcode prefix: minimum count}, kernels in the module)
@@ -44,6 +44,22 @@ def test_sass_has_the_fp8_tensor_core_path(built):
         count = sum(n for op, n in ops.items() if op == prefix or op.startswith(prefix + "."))
         assert count >= minimum, f"{package}: {prefix} x{count}, expected >= {minimum}"
     assert not any(op.startswith(("HMMA", "FFMA")) and "E4M3" in op for op in ops)  # no slow fallback
+
+
+def test_sm90a_256_row_k_loop_is_unrolled(built):
+    """gemm_kernel.cuh kOneSetUnroll: each 256-row kernel (4,128 and 4,128,2) holds 8 unrolled K blocks of
+    two 64-row slices of four wgmma each, besides the remainder loop's one block (bench/NOTES.md: +1-2%)."""
+    package, module = built
+    if package != "fp8gemm-cuda-sm90a":
+        pytest.skip("sm90a kernels only")
+    kernels = {
+        name: ops
+        for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items()
+        if re.search(r"gemm_kernelILi2ELi128ELi[12]ELi2E", name)  # <2 consumers, 128 wide, cluster 1|2, 2 slices>
+    }
+    assert len(kernels) == 2, sorted(kernels)
+    for name, ops in kernels.items():
+        assert ops["QGMMA.64x128x32.F32.E4M3.E4M3"] >= (8 + 1) * 2 * 4, (name, ops["QGMMA.64x128x32.F32.E4M3.E4M3"])
 
 
 def test_no_register_spills(built):
