@@ -48,7 +48,7 @@ def test_sass_has_the_fp8_tensor_core_path(built):
 
 def test_sm90a_256_row_k_loop_is_unrolled(built):
     """gemm_kernel.cuh kOneSetUnroll: each 256-row kernel (4,128 and 4,128,2) holds 8 unrolled K blocks of
-    two 64-row slices of four wgmma each, besides the remainder loop's one block (bench/NOTES.md: +1-2%)."""
+    two 64-row slices of four wgmma each, besides the remainder loop's one block (bench/NOTES.md: +1%)."""
     package, module = built
     if package != "fp8gemm-cuda-sm90a":
         pytest.skip("sm90a kernels only")

@@ -104,8 +104,8 @@ struct Cfg {
   // The one-set loop of 256-row tiles unrolled 8 times, as DeepGEMM's is: 192-194 instructions per K
   // block and warp instead of 202 (the stage ring's wrap and the segment's loop bound are no longer
   // paid per block). 1.01x geomean over ten 256-row shapes, 1.015-1.022x on seven (4096x4096x7168
-  // 1.019), 0.977x at 8192x7168x2048 (sweeps "20_fourteenth_session" run_g). Measured for these tiles
-  // only: with K compiled in too, the 192-wide and two-set tiles lost 4-15% (run_f).
+  // 1.019), 0.977x at 8192x7168x2048 (sweeps "20_fourteenth_session" run_g). The other one-set tiles
+  // gained with it on long K but lost 1-3% at 12 K blocks per tile (run_h), so they keep the rolled loop.
   static constexpr int kOneSetUnroll = kSub == 2 ? 8 : 1;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg). The
