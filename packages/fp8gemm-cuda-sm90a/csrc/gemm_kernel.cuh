@@ -7,10 +7,10 @@
 // (256-row tiles, the plan's choice on large shapes); for the other tiles (an experiment, measured no
 // faster) adjacent m blocks of one n block, sharing B. With kCluster = 1 the launch may still pair
 // CTAs in 2-CTA clusters, for placement only (heuristics.hpp placement_pairs): the kernel never
-// addresses its peer. Per CTA, one producer warpgroup (one
-// thread issues TMA) fills a ring of kStages shared-memory stages, each holding one 128-wide K
-// block of A (BLOCK_M x 128), B (BLOCK_N x 128) and A's scales (BLOCK_M floats; for the one-set
-// loop, a second producer warp writes the tile's B scales ahead, in segments of 64 K blocks);
+// addresses its peer. Per CTA, one producer warpgroup (one thread issues TMA) fills a ring of kStages
+// shared-memory stages, each holding one 128-wide K block of A (BLOCK_M x 128), B (BLOCK_N x 128) and
+// A's scales (BLOCK_M floats; for the one-set loop, a second producer warp writes the tile's B scales
+// ahead, in segments of 64 K blocks);
 // kConsumers warpgroups of kSub 64-row slices each (kSub = 2: 256-row tiles from two warpgroups) multiply a
 // stage with four wgmma m64nNk32 (N = BLOCK_N) per slice into a fresh fp32 accumulator, release the
 // stage, and promote the accumulator into the slice's running total with both scales (the tensor

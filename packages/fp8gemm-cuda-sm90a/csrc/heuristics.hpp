@@ -182,9 +182,10 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   // tiles keep 16: groups of 8, which the footprint prefers there, cost the M = 4096 shapes up to 4%.
   const bool one_wave = p.splits == 1 && cluster_tiles <= sm_count / p.cluster;
   p.group_m = one_wave && p.m_blocks >= 4 && p.block_n <= 96 ? kGroupMOneWave : kGroupM;
-  if (!one_wave && p.splits == 1 && p.cluster == 1 &&
-      wave_footprint(p.grid, kGroupMNarrowWave, p.m_blocks, p.n_blocks, 64 * p.consumers, p.block_n) <
-          wave_footprint(p.grid, kGroupM, p.m_blocks, p.n_blocks, 64 * p.consumers, p.block_n))
+  auto footprint = [&](int group) {
+    return wave_footprint(p.grid, group, p.m_blocks, p.n_blocks, 64 * p.consumers, p.block_n);
+  };
+  if (!one_wave && p.splits == 1 && p.cluster == 1 && footprint(kGroupMNarrowWave) < footprint(kGroupM))
     p.group_m = kGroupMNarrowWave;
   if (tuning.group_m) p.group_m = tuning.group_m;
   // Placement pairs: 1-CTA tiles launched in 2-CTA clusters, with no multicast and no cross-CTA
