@@ -101,12 +101,15 @@ struct Cfg {
   // The one-set loop's stage release: one arrive per consumer warp (lane 0's) on 256-row tiles,
   // one per thread elsewhere (the configurations measured best; the two-set loop: per warp).
   static constexpr bool kLane0Release = kSub == 2;
-  // The one-set loop of 256-row tiles unrolled 8 times, as DeepGEMM's is: 192-194 instructions per K
+  // The one-set loop unrolled 8 times, as DeepGEMM's is: on 256-row tiles 192-194 instructions per K
   // block and warp instead of 202 (the stage ring's wrap and the segment's loop bound are no longer
-  // paid per block). 1.01x geomean over ten 256-row shapes, 1.015-1.022x on seven (4096x4096x7168
-  // 1.019), 0.977x at 8192x7168x2048 (sweeps "20_fourteenth_session" run_g). The other one-set tiles
-  // gained with it on long K but lost 1-3% at 12 K blocks per tile (run_h), so they keep the rolled loop.
-  static constexpr int kOneSetUnroll = kSub == 2 ? 8 : 1;
+  // paid per block); 1.01x geomean over ten 256-row shapes, 4096x4096x7168 1.019x (sweeps
+  // "20_fourteenth_session" run_g). The other one-set tiles gained with it on long K but lost 1-3% at
+  // 12 K blocks per tile (run_h), so they run the unrolled copy of the loop only on segments of at
+  // least 24 K blocks, the rolled one below: 1.009x geomean over 17 shapes, 2048x2112x7168 1.07x,
+  // 1024x2112x3072 1.04x, one loss, 1536x1536x7168 0.96x ("21_fifteenth_session" run_a, run_b).
+  static constexpr bool kAlwaysUnrolled = kSub == 2;
+  static constexpr int kUnrolledMinKb = 24;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg). The
   // pool is what the launch allocated (65536 / kThreads per thread, a multiple of 8, at most 255);
@@ -554,13 +557,20 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThr
         const int b = seg & 1, count = min(kSegKb, kb_end - kb0);
         mbar_wait(&seg_full[b], (seg >> 1) & 1);
         const uint32_t row0 = seg_scales_addr + b * 2 * kSegKb * 4;
-#pragma unroll C::kOneSetUnroll
-        for (int i = 0; i < count; ++i, ring.advance()) {
+        auto step = [&](int i) {
           const float sb0 = lds_f32(row0 + 4 * i);
           const float sb1 = kFormer < C::kGroups ? lds_f32(row0 + kSegKb * 4 + 4 * i) : 0.0f;
           const int s = ring.stage;
           mbar_wait(&full[s], ring.phase);
           one_block(former, s, sb0, sb1);
+          ring.advance();
+        };
+        if (C::kAlwaysUnrolled || count >= C::kUnrolledMinKb) {  // see Cfg::kUnrolledMinKb
+#pragma unroll 8
+          for (int i = 0; i < count; ++i) step(i);
+        } else {
+#pragma unroll 1
+          for (int i = 0; i < count; ++i) step(i);
         }
         mbar_arrive(&seg_empty[b]);  // every thread, after its last read of the segment
       }
