@@ -17,7 +17,7 @@ PACKAGES = {
         {"QGMMA.64x192x32.F32.E4M3.E4M3": 8, "QGMMA.64x160x32.F32.E4M3.E4M3": 16, "QGMMA.64x128x32.F32.E4M3.E4M3": 16,
          "QGMMA.64x96x32.F32.E4M3.E4M3": 32, "QGMMA.64x16x32.F32.E4M3.E4M3": 4, "UTMALDG.2D": 3,
          "UTMALDG.2D.MULTICAST": 1, "UTMASTG.2D": 1, "SYNCS.PHASECHK": 1, "USETMAXREG": 2, "WARPGROUP.ARRIVE": 1},
-        15,  # 14 tile shapes (heuristics.hpp tile_supported) + the split-K reduction
+        16,  # 14 tile shapes (heuristics.hpp tile_supported), 128 x 128 on the one-set loop, the split-K reduction
     ),
 }  # fmt: skip
 
@@ -51,20 +51,21 @@ def test_sm90a_one_set_k_loop_is_unrolled(built):
     8 unrolled K blocks besides the remainder loop's one. 256-row kernels (4,128 and 4,128,2): two 64-row
     slices of four wgmma per block, no other copy. The other one-set tiles (2,160, 2,192, 3,128): one
     slice, and a rolled copy for short segments; one loop per B-scale split (with_former: 4 for 160-wide
-    tiles, 2 for 192, 1 for 128)."""
+    tiles, 2 for 192, 1 for 128). Likewise 128 x 128 tiles on long K (heuristics.hpp one_set_loop)."""
     package, module = built
     if package != "fp8gemm-cuda-sm90a":
         pytest.skip("sm90a kernels only")
-    expected = {  # (consumers, block_n, cluster, slices) -> wgmma per kernel
-        (2, 128, 1, 2): (8 + 1) * 2 * 4,
-        (2, 128, 2, 2): (8 + 1) * 2 * 4,
-        (2, 160, 1, 1): 4 * (8 + 1 + 1) * 4,
-        (2, 192, 1, 1): 2 * (8 + 1 + 1) * 4,
-        (3, 128, 1, 1): 1 * (8 + 1 + 1) * 4,
+    expected = {  # (consumers, block_n, cluster, slices, one-set loop forced) -> wgmma per kernel
+        (2, 128, 1, 2, 0): (8 + 1) * 2 * 4,
+        (2, 128, 2, 2, 0): (8 + 1) * 2 * 4,
+        (2, 160, 1, 1, 0): 4 * (8 + 1 + 1) * 4,
+        (2, 192, 1, 1, 0): 2 * (8 + 1 + 1) * 4,
+        (3, 128, 1, 1, 0): 1 * (8 + 1 + 1) * 4,
+        (2, 128, 1, 1, 1): 1 * (8 + 1 + 1) * 4,
     }
     found = {}
     for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
-        m = re.search(r"gemm_kernelILi(\d)ELi(\d+)ELi(\d)ELi(\d)E", name)
+        m = re.search(r"gemm_kernelILi(\d)ELi(\d+)ELi(\d)ELi(\d)ELb([01])E", name)
         if m and tuple(map(int, m.groups())) in expected:
             found[tuple(map(int, m.groups()))] = sum(n for op, n in ops.items() if op.startswith("QGMMA."))
     assert sorted(found) == sorted(expected)

@@ -104,11 +104,11 @@ for i, (m, n, k) in enumerate([(300, 400, 128 * 150), (130, 272, 128 * 131)]):
 
 @pytest.mark.skipif("sm90a" not in GPU_BACKENDS, reason="fp8gemm-cuda-sm90a not installed")
 @pytest.mark.parametrize("splits", ["0", "2"])
-@pytest.mark.parametrize("tile", ["4,128", "2,192", "2,160", "3,128"])
+@pytest.mark.parametrize("tile", ["4,128", "2,192", "2,160", "3,128", "2,128"])
 def test_sm90a_long_k_over_several_scale_segments(tile, splits):
     """The one-set loop stages the weight scales in segments of 64 K blocks: K of 131 and 150 blocks
     (three segments, a partial last one; with split-K, segments that restart per split) against the
-    float64 oracle, with M and N tails."""
+    float64 oracle, with M and N tails. 128 x 128 tiles take the one-set loop at this K (one_set_loop)."""
     env = dict(os.environ, FP8GEMM_SM90A_TILE=tile, FP8GEMM_SM90A_SPLITS=splits)
     proc = subprocess.run([sys.executable, "-c", _LONG_K_CHECK], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

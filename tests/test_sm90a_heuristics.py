@@ -20,15 +20,16 @@ int main() {
   long long m, n, k; int sms;
   while (std::scanf("%lld %lld %lld %d", &m, &n, &k, &sms) == 4) {
     const auto p = fp8gemm_sm90a::plan_for(m, n, k, sms);
-    std::printf("%d %d %d %d %d %d %d %d %lld %d %d %d\n", p.consumers, p.block_n, p.cluster, p.m_blocks, p.n_blocks,
+    std::printf("%d %d %d %d %d %d %d %d %lld %d %d %d %d\n", p.consumers, p.block_n, p.cluster, p.m_blocks, p.n_blocks,
                 p.splits, p.kb_per_split, p.grid, (long long)p.workspace_bytes,
-                (int)fp8gemm_sm90a::tile_supported(p.consumers, p.block_n, p.cluster), p.group_m, (int)p.placement_pairs);
+                (int)fp8gemm_sm90a::tile_supported(p.consumers, p.block_n, p.cluster), p.group_m, (int)p.placement_pairs,
+                (int)p.one_set_loop);
   }
 }
 """
 FIELDS = (
-    "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported group_m pairs".split()
-)
+    "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported group_m pairs one_set"
+).split()
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,8 @@ def check_plan(p, m, n, k, sms):
     assert p["group_m"] in (2, 4, 16)
     if p["pairs"]:  # placement pairs: 1-CTA tiles sharing B blocks, whole clusters of 2
         assert p["cluster"] == 1 and p["m_blocks"] >= 2 and p["grid"] % 2 == 0
+    if p["one_set"]:  # the only one-set instantiation of a two-set tile (launch.cu)
+        assert (p["consumers"], p["block_n"], p["cluster"]) == (2, 128, 1) and p["kb_per_split"] >= 24
 
 
 @settings(max_examples=300, deadline=None)
@@ -163,4 +166,23 @@ def test_groups_of_four_where_a_wave_touches_fewer_rows(plan):
         (2, 160, 1, 16),
         (4, 128, 2, 16),  # multicast clusters keep 16
         (3, 128, 1, 16),  # one wave (132 tiles): the order only places tiles
+    ]
+
+
+def test_one_set_loop_for_128_wide_tiles_on_long_k(plan):
+    """128 x 128 tiles run the one-set K loop from 24 K blocks per tile: measured 1.03-1.04x from 32 K blocks
+    (200x7168x7168, 512x4096x4096), 0.92x at 12 (640x3072x1536), 0.98x at 4 (128x32768x512; bench/NOTES.md)."""
+    shapes = [(200, 7168, 7168), (512, 4096, 4096), (129, 7168, 2048), (640, 3072, 1536), (128, 32768, 512),
+              (200, 7168, 3072), (1024, 1536, 7168), (4096, 4096, 7168), (256, 7168, 7168)]  # fmt: skip
+    got = plan([(*s, 132) for s in shapes])
+    assert [(p["consumers"], p["block_n"], p["kb_per_split"], p["one_set"]) for p in got] == [
+        (2, 128, 56, 1),
+        (2, 128, 32, 1),
+        (2, 128, 16, 0),
+        (2, 128, 12, 0),
+        (2, 128, 4, 0),
+        (2, 128, 24, 1),
+        (2, 96, 56, 0),  # 96-wide: the two-set loop measured faster
+        (4, 128, 56, 0),  # 256-row tiles have only the one-set loop
+        (2, 128, 56, 1),
     ]

@@ -18,7 +18,8 @@
 // 16, 32, 64, 96, 128, 160 or 192; 96, 160 and 192 fill the SMs' waves of more N, and their tiles
 // may straddle two 128-wide scale blocks, the first kFormer 8-column groups taking the first one's
 // scale. Up to 128 columns with one slice per warpgroup, two accumulator sets fit, so the next K
-// block is issued before this one is promoted; wider tiles and 256-row ones use one set.
+// block is issued before this one is promoted; wider tiles, 256-row ones and 128 x 128 ones on long K
+// (kOneSet) use one set.
 // bf16 tiles leave through shared memory and TMA stores; for 256-row tiles a third producer warp
 // issues those stores, so the consumers hand over their buffer and go straight on to the next tile.
 #pragma once
@@ -63,8 +64,8 @@ constexpr int stages_for(int block_m, int block_n) {
 
 // kSub: 64-row slices per consumer warpgroup. 2 gives 256-row tiles from two warpgroups (3/4 of the
 // L2 -> SM bytes per FLOP of 128 x 128), their slices multiplied one after the other into one
-// accumulator set.
-template <int kConsumers, int kBlockN, int kCluster, int kSub = 1>
+// accumulator set. kOneSet: the one-set K loop where the two-set one would run (Plan::one_set_loop).
+template <int kConsumers, int kBlockN, int kCluster, int kSub = 1, bool kOneSet = false>
 struct Cfg {
   static constexpr int kBlockM = 64 * kConsumers * kSub;
   static constexpr int kStages = stages_for(kBlockM, kBlockN);
@@ -83,8 +84,8 @@ struct Cfg {
   static constexpr int kGroups = kBlockN / 8;        // 8-column groups: accumulators 4g .. 4g + 3
   static constexpr bool kUniformScaleB = kBlockK % kBlockN == 0;  // no tile straddles two scale blocks
   // Two accumulator sets (see mainloop_overlapped) fit the registers up to 128 columns and 2
-  // consumers.
-  static constexpr bool kOverlap = kBlockN <= kBlockK && kConsumers <= 2 && kSub == 1;
+  // consumers; 128 x 128 tiles on long K run the one-set loop instead (heuristics.hpp one_set_loop).
+  static constexpr bool kOverlap = !kOneSet && kBlockN <= kBlockK && kConsumers <= 2 && kSub == 1;
   // The one-set loop reads its B scales from shared-memory segments that a producer warp fills
   // ahead (kSegKb K blocks at a time), each K block's before it waits for the stage, so the scale
   // product is ready when the wgmma is issued: +1-4% on the 256-row tiles over a per-stage copy
@@ -338,12 +339,12 @@ __device__ __forceinline__ void store_warpgroup_tile(const CUtensorMap* map_out,
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
-template <int kConsumers, int kBlockN, int kCluster, int kSub>
-__global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub>::kThreads, 1)
+template <int kConsumers, int kBlockN, int kCluster, int kSub, bool kOneSet>
+__global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet>::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_scale, const __grid_constant__ CUtensorMap map_out,
                 const Params p) {
-  using C = Cfg<kConsumers, kBlockN, kCluster, kSub>;
+  using C = Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet>;
   constexpr int kStages = C::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));

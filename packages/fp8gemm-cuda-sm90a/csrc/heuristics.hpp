@@ -11,6 +11,8 @@ constexpr int kBlockK = 128;  // = scale block: one promotion per pipeline stage
 constexpr int kGroupM = 16;
 constexpr int kGroupMOneWave = 2;
 constexpr int kGroupMNarrowWave = 4;
+// 128 x 128 tiles whose splits hold at least this many K blocks run the one-set K loop (plan_for).
+constexpr int kOneSetLoopMinKb = 24;
 
 // Forced choices for experiments (FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]",
 // FP8GEMM_SM90A_SPLITS=n, FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1); 0 leaves the choice to
@@ -27,6 +29,7 @@ struct Plan {
   int grid;  // persistent CTAs
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks, M fastest
   bool placement_pairs;  // 1-CTA tiles launched as 2-CTA clusters, for placement only (plan_for)
+  bool one_set_loop;     // 128 x 128 tiles: the one-set K loop instead of the two-set one (plan_for)
   int64_t workspace_bytes;
 };
 
@@ -199,6 +202,13 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   p.placement_pairs = p.cluster == 1 && p.m_blocks >= 2 && p.grid >= 2 && p.grid + p.grid % 2 <= sm_count &&
                       !tuning.no_pairs;
   if (p.placement_pairs) p.grid += p.grid % 2;
+  // 128 x 128 tiles (two warpgroups of one 64-row slice) on long K: the one-set loop, unrolled there
+  // (gemm_kernel.cuh Cfg::kOverlap, kUnrolledMinKb), rather than the two accumulator sets. Measured
+  // against the two-set loop (sweeps "21_fifteenth_session" run_d, H100): 1.03-1.04x from 32 K
+  // blocks per tile (200x7168x7168 1.044, 129x7168x7168 1.041, 256x8192x8192 1.033, 512x4096x4096
+  // 1.033), level at 16 (200x7168x2048 1.008), 0.92x at 12 (640x3072x1536) and 0.98x at 4
+  // (128x32768x512). The 64- and 96-wide tiles stay on the two-set loop (run_c: 768x2048x7168 0.96x).
+  p.one_set_loop = p.consumers == 2 && p.block_n == 128 && p.cluster == 1 && p.kb_per_split >= kOneSetLoopMinKb;
   p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
   return p;
 }

@@ -66,11 +66,11 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
   return map;
 }
 
-template <int kConsumers, int kBlockN, int kCluster, int kSub = 1>
+template <int kConsumers, int kBlockN, int kCluster, int kSub = 1, bool kOneSet = false>
 void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaStream_t stream, int dev) {
   const int grid = plan.grid;
-  using C = Cfg<kConsumers, kBlockN, kCluster, kSub>;
-  auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster, kSub>;
+  using C = Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet>;
+  auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster, kSub, kOneSet>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
   std::call_once(configured[dev], [&] {
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
@@ -131,10 +131,14 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
   check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
 }
 
-// One instantiation per tile_supported() shape. The plan counts 64-row slices: 4 runs as two
-// consumer warpgroups of two slices each (256-row tiles).
+// One instantiation per tile_supported() shape, and 128 x 128 on the one-set loop. The plan counts
+// 64-row slices: 4 runs as two consumer warpgroups of two slices each (256-row tiles).
 void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params& p, cudaStream_t stream, int dev) {
   const int key = plan.consumers * 10000 + plan.block_n * 10 + plan.cluster;
+  if (plan.one_set_loop) {
+    if (key != 21281) throw std::logic_error("fp8gemm-cuda-sm90a: the one-set loop is compiled for 128 x 128 tiles only");
+    return launch_tiles<2, 128, 1, 1, true>(args, p, plan, stream, dev);
+  }
   switch (key) {
     case 10161: return launch_tiles<1, 16, 1>(args, p, plan, stream, dev);
     case 10321: return launch_tiles<1, 32, 1>(args, p, plan, stream, dev);
