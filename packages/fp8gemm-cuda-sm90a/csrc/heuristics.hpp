@@ -207,7 +207,8 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   // against the two-set loop (sweeps "21_fifteenth_session" run_d, H100): 1.03-1.04x from 32 K
   // blocks per tile (200x7168x7168 1.044, 129x7168x7168 1.041, 256x8192x8192 1.033, 512x4096x4096
   // 1.033), level at 16 (200x7168x2048 1.008), 0.92x at 12 (640x3072x1536) and 0.98x at 4
-  // (128x32768x512). The 64- and 96-wide tiles stay on the two-set loop (run_c: 768x2048x7168 0.96x).
+  // (128x32768x512). The threshold is the loop's own (kUnrolledMinKb): below it the one-set loop runs
+  // rolled. The 64- and 96-wide tiles stay on the two-set loop (run_c: 768x2048x7168 0.96x).
   p.one_set_loop = p.consumers == 2 && p.block_n == 128 && p.cluster == 1 && p.kb_per_split >= kOneSetLoopMinKb;
   p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
   return p;
