@@ -47,7 +47,7 @@ def test_sass_has_the_fp8_tensor_core_path(built):
 
 
 def test_sm90a_one_set_k_loop_is_unrolled(built):
-    """gemm_kernel.cuh Cfg::kAlwaysUnrolled / kUnrolledMinKb (bench/NOTES.md: +1%): the one-set K loop holds
+    """gemm_kernel.cuh Cfg::kAlwaysUnrolled / heuristics.hpp kUnrolledMinKb (bench/NOTES.md: +1%): the one-set K loop holds
     8 unrolled K blocks besides the remainder loop's one. 256-row kernels (4,128 and 4,128,2): two 64-row
     slices of four wgmma per block, no other copy. The other one-set tiles (2,160, 2,192, 3,128): one
     slice, and a rolled copy for short segments; one loop per B-scale split (with_former: 4 for 160-wide

@@ -107,10 +107,10 @@ struct Cfg {
   // paid per block); 1.01x geomean over ten 256-row shapes, 4096x4096x7168 1.019x (sweeps
   // "20_fourteenth_session" run_g). The other one-set tiles gained with it on long K but lost 1-3% at
   // 12 K blocks per tile (run_h), so they run the unrolled copy of the loop only on segments of at
-  // least 24 K blocks, the rolled one below: 1.009x geomean over 17 shapes, 2048x2112x7168 1.07x,
-  // 1024x2112x3072 1.04x, one loss, 1536x1536x7168 0.96x ("21_fifteenth_session" run_a, run_b).
+  // least kUnrolledMinKb (heuristics.hpp: 24) K blocks, the rolled one below: 1.009x geomean over 17
+  // shapes, 2048x2112x7168 1.07x, 1024x2112x3072 1.04x, one loss, 1536x1536x7168 0.96x
+  // ("21_fifteenth_session" run_a, run_b).
   static constexpr bool kAlwaysUnrolled = kSub == 2;
-  static constexpr int kUnrolledMinKb = 24;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg). The
   // pool is what the launch allocated (65536 / kThreads per thread, a multiple of 8, at most 255);
@@ -566,7 +566,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
           one_block(former, s, sb0, sb1);
           ring.advance();
         };
-        if (C::kAlwaysUnrolled || count >= C::kUnrolledMinKb) {  // see Cfg::kUnrolledMinKb
+        if (C::kAlwaysUnrolled || count >= kUnrolledMinKb) {  // see Cfg::kAlwaysUnrolled
 #pragma unroll 8
           for (int i = 0; i < count; ++i) step(i);
         } else {

@@ -11,8 +11,10 @@ constexpr int kBlockK = 128;  // = scale block: one promotion per pipeline stage
 constexpr int kGroupM = 16;
 constexpr int kGroupMOneWave = 2;
 constexpr int kGroupMNarrowWave = 4;
-// 128 x 128 tiles whose splits hold at least this many K blocks run the one-set K loop (plan_for).
-constexpr int kOneSetLoopMinKb = 24;
+// The one-set K loop runs its unrolled copy on B-scale segments of at least this many K blocks
+// (gemm_kernel.cuh Cfg::kAlwaysUnrolled), and 128 x 128 tiles take that loop from as many K blocks per
+// split (plan_for: one_set_loop).
+constexpr int kUnrolledMinKb = 24;
 
 // Forced choices for experiments (FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]",
 // FP8GEMM_SM90A_SPLITS=n, FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1); 0 leaves the choice to
@@ -203,13 +205,13 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
                       !tuning.no_pairs;
   if (p.placement_pairs) p.grid += p.grid % 2;
   // 128 x 128 tiles (two warpgroups of one 64-row slice) on long K: the one-set loop, unrolled there
-  // (gemm_kernel.cuh Cfg::kOverlap, kUnrolledMinKb), rather than the two accumulator sets. Measured
+  // (gemm_kernel.cuh Cfg::kOverlap), rather than the two accumulator sets. Measured
   // against the two-set loop (sweeps "21_fifteenth_session" run_d, H100): 1.03-1.04x from 32 K
   // blocks per tile (200x7168x7168 1.044, 129x7168x7168 1.041, 256x8192x8192 1.033, 512x4096x4096
   // 1.033), level at 16 (200x7168x2048 1.008), 0.92x at 12 (640x3072x1536) and 0.98x at 4
-  // (128x32768x512). The threshold is the loop's own (kUnrolledMinKb): below it the one-set loop runs
+  // (128x32768x512). The threshold is the loop's unroll threshold: below it the one-set loop runs
   // rolled. The 64- and 96-wide tiles stay on the two-set loop (run_c: 768x2048x7168 0.96x).
-  p.one_set_loop = p.consumers == 2 && p.block_n == 128 && p.cluster == 1 && p.kb_per_split >= kOneSetLoopMinKb;
+  p.one_set_loop = p.consumers == 2 && p.block_n == 128 && p.cluster == 1 && p.kb_per_split >= kUnrolledMinKb;
   p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
   return p;
 }
