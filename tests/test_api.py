@@ -102,6 +102,38 @@ def test_cli_bench_writes_json_and_plot(tmp_path, capsys):
     assert "16x256x512" in capsys.readouterr().out
 
 
+def test_bench_settles_the_gpu_before_each_timing(monkeypatch):
+    from fp8gemm import bench
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)  # CPU-only test machine
+    slept = []
+    monkeypatch.setattr(bench.time, "sleep", slept.append)
+    calls = []
+
+    def call():
+        calls.append(None)
+        end = bench.time.perf_counter() + 0.01
+        while bench.time.perf_counter() < end:
+            pass
+
+    start = bench.time.perf_counter()
+    bench._settle(call, "sustained")
+    assert bench.time.perf_counter() - start >= 0.9 * bench.SUSTAIN_SECONDS
+    assert 0.8 * bench.SUSTAIN_SECONDS / 0.01 <= len(calls) <= 1.1 * bench.SUSTAIN_SECONDS / 0.01 + 1
+    calls.clear()
+    bench._settle(call, "rested")
+    assert slept == [bench.REST_SECONDS] and not calls
+    bench._settle(call, "as-is")
+    assert slept == [bench.REST_SECONDS] and not calls
+
+
+def test_bench_rejects_an_unknown_gpu_state():
+    from fp8gemm import bench
+
+    with pytest.raises(ValueError, match="gpu_state must be one of sustained, rested, as-is"):
+        bench.run([(16, 256, 512)], torch.device("cpu"), gpu_state="hot")
+
+
 def test_cli_rejects_bad_shape_and_bad_backend(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--shapes", "16,256"])

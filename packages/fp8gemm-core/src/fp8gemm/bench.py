@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import gc
 import json
 import math
@@ -33,15 +34,44 @@ OURS = "fp8gemm"
 # The float64 oracle for every shape costs more than the timing on big shapes; above this it is skipped.
 ORACLE_MAX_FLOPS = 3e12
 
+# The GPU's state when a timing window opens moves large shapes by 10-20%: after an idle moment (a
+# peer's JIT compile, say) a ~100 ms window runs at boost clocks (1.98 GHz on an H200), after a
+# sustained load at the power cap's (~1.4 GHz at 700 W). Timed as-is, each implementation inherits
+# whatever ran before it, which skewed earlier runs by up to 17% per shape (bench/NOTES.md, "GPU
+# state"). So every implementation is timed in the same state, by default its own sustained load.
+GPU_STATES = {
+    "sustained": "each implementation runs back-to-back for 0.5 s before its timing (a loaded GPU's clocks)",
+    "rested": "the GPU idles 2 s before each timing (boost clocks: a burst after idle)",
+    "as-is": "no settling: the state the previous timing left",
+}
+SUSTAIN_SECONDS, REST_SECONDS = 0.5, 2.0
+
 
 def default_shape_set(device: torch.device) -> str:
     return "cpu-small" if device.type == "cpu" else "deepseek-v3"
 
 
-def _time_gpu(fn: Callable[[], object]) -> float:
+def _time_gpu(fn: Callable[[], object], gpu_state: str = "as-is") -> float:
     import triton.testing
 
+    _settle(fn, gpu_state)
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e-3
+
+
+def _settle(fn: Callable[[], object], state: str) -> None:
+    """Bring the GPU into `state` (GPU_STATES) before `fn` is timed."""
+    torch.cuda.synchronize()
+    if state == "rested":
+        time.sleep(REST_SECONDS)
+    elif state == "sustained":
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        # Calls of one synchronised call's length: queueing by wall time alone would enqueue seconds
+        # of a large shape's kernels.
+        for _ in range(int(SUSTAIN_SECONDS / max(time.perf_counter() - start, 1e-6))):
+            fn()
+        torch.cuda.synchronize()
 
 
 def _time_cpu(fn: Callable[[], object], min_seconds: float = 0.2) -> float:
@@ -99,10 +129,22 @@ def _driver_version() -> str:
         return "unknown"
 
 
-def run(shapes, device: torch.device, backend: str | None = None, progress=None, out_dtype=torch.bfloat16) -> dict:
-    """Time ours and every available peer on each shape; returns the JSON-able results."""
+def run(
+    shapes,
+    device: torch.device,
+    backend: str | None = None,
+    progress=None,
+    out_dtype=torch.bfloat16,
+    gpu_state: str = "sustained",
+) -> dict:
+    """Time ours and every available peer on each shape; returns the JSON-able results.
+
+    On a GPU each timing starts in `gpu_state` (GPU_STATES); CPU timings ignore it.
+    """
+    if gpu_state not in GPU_STATES:
+        raise ValueError(f"gpu_state must be one of {', '.join(GPU_STATES)}, got {gpu_state!r}")
     impls = {OURS: _ours(backend), **available_peers(device)}
-    timer = _time_cpu if device.type == "cpu" else _time_gpu
+    timer = _time_cpu if device.type == "cpu" else functools.partial(_time_gpu, gpu_state=gpu_state)
     fp8 = preferred_fp8_dtype(device, backend)
     rows = []
     for m, n, k in shapes:
@@ -127,6 +169,7 @@ def run(shapes, device: torch.device, backend: str | None = None, progress=None,
                 progress()
     report = {"environment": environment(device, backend), "results": rows}
     if device.type == "cuda":
+        report["environment"]["gpu_state"] = f"{gpu_state}: {GPU_STATES[gpu_state]}"
         report["host_overhead"] = host_overhead(device, backend)
     return report
 

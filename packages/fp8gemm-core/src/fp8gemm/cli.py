@@ -115,7 +115,7 @@ def cmd_bench(args) -> int:
     n_impls = 1 + len(bench.available_peers(device))
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmarking", total=len(shapes) * n_impls)
-        report = bench.run(shapes, device, args.backend, lambda: progress.advance(task), out_dtype)
+        report = bench.run(shapes, device, args.backend, lambda: progress.advance(task), out_dtype, args.gpu_state)
     _print_bench_table(report)
     if args.json:
         bench.save_json(report, Path(args.json))
@@ -132,7 +132,8 @@ def _tflops_cell(tflops: float) -> str:
 
 def _print_bench_table(report: dict) -> None:
     env = report["environment"]
-    table = Table(title=f"TFLOP/s (median), {env['device']}, torch {env['torch']}, {env['date']}")
+    state = f", GPU {env['gpu_state'].split(':')[0]}" if "gpu_state" in env else ""
+    table = Table(title=f"TFLOP/s (median), {env['device']}, torch {env['torch']}, {env['date']}{state}")
     impls = list(dict.fromkeys(r["impl"] for r in report["results"]))
     table.add_column("M x N x K")
     for impl in impls:
@@ -178,6 +179,12 @@ def main(argv=None) -> int:
     p.add_argument("--out-dtype", choices=("bfloat16", "float32"), default="bfloat16")
     p.add_argument("--json", help="write results to this JSON file")
     p.add_argument("--plot", help="write a bar chart to this PNG file")
+    p.add_argument(
+        "--gpu-state",
+        choices=tuple(bench.GPU_STATES),
+        default="sustained",
+        help="the GPU's state as each timing starts: " + "; ".join(f"{k}: {v}" for k, v in bench.GPU_STATES.items()),
+    )
     p.set_defaults(func=cmd_bench)
 
     args = parser.parse_args(argv)
