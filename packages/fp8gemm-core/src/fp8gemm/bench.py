@@ -218,6 +218,11 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) 
             "wall_us_per_call_gc_on": wall_gc * 1e6, "host_overhead_us_gc_on": max(0.0, wall_gc - kernel) * 1e6}  # fmt: skip
 
 
+def state_suffix(environment: dict) -> str:
+    """ ", GPU sustained" (the GPU_STATES key a report was timed in) for titles; "" for CPU reports."""
+    return f", GPU {environment['gpu_state'].split(':')[0]}" if "gpu_state" in environment else ""
+
+
 def geomean(values) -> float:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
@@ -256,7 +261,7 @@ def plot(report: dict, path: Path) -> None:
     ax.set_xticklabels([f"{m}x{n}x{k}" for m, n, k in shapes], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("TFLOP/s")
     env = report["environment"]
-    ax.set_title(f"FP8 block-scaled GEMM, {env['device']}, {env['date'][:10]}", fontsize=9)
+    ax.set_title(f"FP8 block-scaled GEMM, {env['device']}, {env['date'][:10]}{state_suffix(env)}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

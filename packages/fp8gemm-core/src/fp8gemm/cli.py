@@ -132,8 +132,9 @@ def _tflops_cell(tflops: float) -> str:
 
 def _print_bench_table(report: dict) -> None:
     env = report["environment"]
-    state = f", GPU {env['gpu_state'].split(':')[0]}" if "gpu_state" in env else ""
-    table = Table(title=f"TFLOP/s (median), {env['device']}, torch {env['torch']}, {env['date']}{state}")
+    table = Table(
+        title=f"TFLOP/s (median), {env['device']}, torch {env['torch']}, {env['date']}{bench.state_suffix(env)}"
+    )
     impls = list(dict.fromkeys(r["impl"] for r in report["results"]))
     table.add_column("M x N x K")
     for impl in impls:
