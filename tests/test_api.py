@@ -132,6 +132,8 @@ def test_bench_rejects_an_unknown_gpu_state():
 
     with pytest.raises(ValueError, match="gpu_state must be one of sustained, rested, as-is"):
         bench.run([(16, 256, 512)], torch.device("cpu"), gpu_state="hot")
+    with pytest.raises(ValueError, match="got 'warm'"):
+        bench.time_gpu(lambda: None, "warm")
 
 
 def test_cli_rejects_bad_shape_and_bad_backend(capsys):

@@ -1,6 +1,7 @@
 """Time fp8gemm-cuda-sm90a tile choices on the benchmark shapes (median, L2 flushed).
 
-python3 ci/gpu/tune.py time [M,N,K ...]        time the current plan (env knobs apply) on shapes
+python3 ci/gpu/tune.py time [M,N,K ...]        time the current plan (env knobs apply) on shapes; TUNE_GPU_STATE=
+                                               sustained|rested settles the GPU first (fp8gemm.bench.GPU_STATES)
 python3 ci/gpu/tune.py kernels [M,N,K ...]     per-kernel GPU time (torch.profiler, L2 flushed) of one call
 python3 ci/gpu/tune.py host                      host cost per call of each layer of the call path
 python3 ci/gpu/tune.py sweep OUT.json [SPEC..] time tiles (FP8GEMM_SM90A_TILE; default: all compiled) on the
@@ -52,8 +53,10 @@ def gemm_call(m, n, k):
 
 def time_shapes(shapes):
     import torch
-    import triton.testing
+    from fp8gemm.bench import time_gpu
     from fp8gemm.reference import reference_gemm
+
+    state = os.environ.get("TUNE_GPU_STATE", "as-is")  # as-is: comparable with the sweeps before b23d236
 
     for m, n, k in shapes:
         call, (a, b, sa, sb, out) = gemm_call(m, n, k)
@@ -61,8 +64,8 @@ def time_shapes(shapes):
         if m * n * k <= 2**37:  # the fp32 dequantised product; the float64 oracle runs in `fp8gemm check`
             ref = reference_gemm(a, b, sa, sb, torch.empty(m, n, device="cuda"))
             err = float((out.float() - ref).norm() / ref.norm())
-        ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
-        row = {"m": m, "n": n, "k": k, "us": ms * 1e3, "tflops": 2 * m * n * k / ms / 1e9, "rel_err": err}
+        us = time_gpu(call, state) * 1e6
+        row = {"m": m, "n": n, "k": k, "us": us, "tflops": 2 * m * n * k / us / 1e6, "rel_err": err}
         print(json.dumps(row), flush=True)
 
 

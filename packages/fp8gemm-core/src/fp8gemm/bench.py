@@ -51,11 +51,18 @@ def default_shape_set(device: torch.device) -> str:
     return "cpu-small" if device.type == "cpu" else "deepseek-v3"
 
 
-def _time_gpu(fn: Callable[[], object], gpu_state: str = "as-is") -> float:
+def time_gpu(fn: Callable[[], object], gpu_state: str = "as-is") -> float:
+    """Seconds per call of `fn` (do_bench median, L2 flushed), timed from `gpu_state` (GPU_STATES)."""
+    _check_gpu_state(gpu_state)
     import triton.testing
 
     _settle(fn, gpu_state)
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e-3
+
+
+def _check_gpu_state(state: str) -> None:
+    if state not in GPU_STATES:
+        raise ValueError(f"gpu_state must be one of {', '.join(GPU_STATES)}, got {state!r}")
 
 
 def _settle(fn: Callable[[], object], state: str) -> None:
@@ -141,10 +148,9 @@ def run(
 
     On a GPU each timing starts in `gpu_state` (GPU_STATES); CPU timings ignore it.
     """
-    if gpu_state not in GPU_STATES:
-        raise ValueError(f"gpu_state must be one of {', '.join(GPU_STATES)}, got {gpu_state!r}")
+    _check_gpu_state(gpu_state)
     impls = {OURS: _ours(backend), **available_peers(device)}
-    timer = _time_cpu if device.type == "cpu" else functools.partial(_time_gpu, gpu_state=gpu_state)
+    timer = _time_cpu if device.type == "cpu" else functools.partial(time_gpu, gpu_state=gpu_state)
     fp8 = preferred_fp8_dtype(device, backend)
     rows = []
     for m, n, k in shapes:
@@ -211,7 +217,7 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) 
             if enabled:
                 gc.enable()
 
-    kernel = _time_gpu(call)
+    kernel = time_gpu(call)
     wall, wall_gc = wall_per_call(collect=False), wall_per_call(collect=True)
     return {"shape": [16, 128, 256], "wall_us_per_call": wall * 1e6, "gpu_us_per_call": kernel * 1e6,
             "host_overhead_us": max(0.0, wall - kernel) * 1e6,
