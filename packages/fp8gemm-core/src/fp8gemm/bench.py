@@ -225,7 +225,7 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) 
 
 
 def state_suffix(environment: dict) -> str:
-    """ ", GPU sustained" (the GPU_STATES key a report was timed in) for titles; "" for CPU reports."""
+    """Title suffix naming the GPU state a report was timed in (", GPU sustained"); "" for CPU reports."""
     return f", GPU {environment['gpu_state'].split(':')[0]}" if "gpu_state" in environment else ""
 
 
