@@ -175,7 +175,7 @@ def run(
                 progress()
     report = {"environment": environment(device, backend), "results": rows}
     if device.type == "cuda":
-        report["environment"]["gpu_state"] = f"{gpu_state}: {GPU_STATES[gpu_state]}"
+        report["environment"].update(gpu_state=gpu_state, gpu_state_meaning=GPU_STATES[gpu_state])
         report["host_overhead"] = host_overhead(device, backend)
     return report
 
@@ -226,7 +226,7 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) 
 
 def state_suffix(environment: dict) -> str:
     """Title suffix naming the GPU state a report was timed in (", GPU sustained"); "" for CPU reports."""
-    return f", GPU {environment['gpu_state'].split(':')[0]}" if "gpu_state" in environment else ""
+    return f", GPU {environment['gpu_state']}" if "gpu_state" in environment else ""
 
 
 def geomean(values) -> float:
