@@ -74,6 +74,14 @@ def sass_opcodes_by_function(cuobjdump: str, binary: Path) -> dict[str, collecti
     }
 
 
+def sass_opcode_sequences(cuobjdump: str, binary: Path) -> dict[str, list[str]]:
+    """Each function's opcodes in program order."""
+    env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}:{os.environ['PATH']}"}
+    sass = subprocess.run([cuobjdump, "-sass", str(binary)], capture_output=True, text=True, env=env, check=True).stdout
+    parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)
+    return {name: _OPCODE.findall(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
 def sass_opcodes(cuobjdump: str, binary: Path) -> collections.Counter:
     return sum(sass_opcodes_by_function(cuobjdump, binary).values(), collections.Counter())
 

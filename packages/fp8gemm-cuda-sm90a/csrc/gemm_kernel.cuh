@@ -112,6 +112,14 @@ struct Cfg {
   // ("21_fifteenth_session" run_a, run_b).
   static constexpr bool kAlwaysUnrolled = kSub == 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
+  // 64-row tiles issue their TMA loads from an elected lane of the producer's first warp instead of
+  // lane 0: ptxas then knows one thread runs the loop and drops the per-TMA uniformity loop
+  // (ELECT + BRA.U.ANY) around each UTMALDG. A stage took ~220 SM cycles to issue that way (clock64
+  // trace, H200), as long as a 1 x 16 tile's consumer takes per K block, so the loads barely kept
+  // ahead; elected: ~110, as DeepGEMM's producer. 1.024x geomean over 13 decode shapes, 128x4096x7168
+  // 1.07, 64x2112x7168 1.06 (sweeps "24_eighteenth_session"). The wider tiles' consumers are slower
+  // than either, and their kernels measured no better with it (1024x1536x7168 0.97-0.98), so they keep lane 0.
+  static constexpr bool kElectedProducer = kConsumers == 1;
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg). The
   // pool is what the launch allocated (65536 / kThreads per thread, a multiple of 8, at most 255);
   // asking for more than it holds hangs setmaxnreg.inc. Two consumers: 168 x 384 = 128 x 40 + 256 x 232.
@@ -175,6 +183,13 @@ __device__ __forceinline__ float lds_f32(uint32_t smem_addr) {  // a plain C++ r
 __device__ __forceinline__ uint32_t pinned(uint32_t v) {
   asm volatile("mov.b32 %0, %0;" : "+r"(v));
   return v;
+}
+
+// True on one lane of a converged warp (elect.sync): code under it is known to run on one thread.
+__device__ __forceinline__ bool elect_one() {
+  uint32_t pred;
+  asm volatile("{\n.reg .pred p;\nelect.sync _|p, 0xffffffff;\nselp.u32 %0, 1, 0, p;\n}\n" : "=r"(pred));
+  return pred != 0;
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -395,7 +410,8 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
     // lanes load a segment's scales at once, one load latency per segment. Warp 2 (256-row tiles):
     // the store warp.
     const int producer_warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    if ((producer_warp == 0 && lane == 0) || (C::kSegmentScalesB && producer_warp == 1)) {
+    const bool tma_thread = producer_warp == 0 && (C::kElectedProducer ? elect_one() : lane == 0);
+    if (tma_thread || (C::kSegmentScalesB && producer_warp == 1)) {
       Ring<kStages> ring;
       int seg = 0;  // B-scale segments written so far
       for (int t = first_tile; t < num_tiles; t += tile_stride) {
