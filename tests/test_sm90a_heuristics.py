@@ -20,15 +20,16 @@ int main() {
   long long m, n, k; int sms;
   while (std::scanf("%lld %lld %lld %d", &m, &n, &k, &sms) == 4) {
     const auto p = fp8gemm_sm90a::plan_for(m, n, k, sms);
-    std::printf("%d %d %d %d %d %d %d %d %lld %d %d %d %d\n", p.consumers, p.block_n, p.cluster, p.m_blocks, p.n_blocks,
+    std::printf("%d %d %d %d %d %d %d %d %lld %d %d %d %d %d\n", p.consumers, p.block_n, p.cluster, p.m_blocks, p.n_blocks,
                 p.splits, p.kb_per_split, p.grid, (long long)p.workspace_bytes,
                 (int)fp8gemm_sm90a::tile_supported(p.consumers, p.block_n, p.cluster), p.group_m, (int)p.placement_pairs,
-                (int)p.one_set_loop);
+                (int)p.one_set_loop, (int)p.split_k_warpgroups);
   }
 }
 """
 FIELDS = (
     "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported group_m pairs one_set"
+    " wg_split"
 ).split()
 
 
@@ -62,6 +63,8 @@ def check_plan(p, m, n, k, sms):
         assert p["cluster"] == 1 and p["m_blocks"] >= 2 and p["grid"] % 2 == 0
     if p["one_set"]:  # the only one-set instantiation of a two-set tile (launch.cu)
         assert (p["consumers"], p["block_n"], p["cluster"]) == (2, 128, 1) and p["kb_per_split"] >= 24
+    if p["wg_split"]:  # the only warpgroup-split instantiation (launch.cu)
+        assert (p["consumers"], p["block_n"], p["cluster"]) == (1, 16, 1) and p["kb_per_split"] >= 48
 
 
 @settings(max_examples=300, deadline=None)
@@ -185,4 +188,23 @@ def test_one_set_loop_for_128_wide_tiles_on_long_k(plan):
         (2, 96, 56, 0),  # 96-wide: the two-set loop measured faster
         (4, 128, 56, 0),  # 256-row tiles have only the one-set loop
         (2, 128, 56, 1),
+    ]
+
+
+def test_warpgroup_k_split_for_16_wide_tiles_on_long_k(plan):
+    """64 x 16 tiles split their K blocks over two warpgroups from 48 K blocks per tile: measured 1.05-1.15x at
+    56-128 (64x2112x7168 1.095, 64x2112x16384 1.150, 64x1536x7168 1.054), mixed at 32 (48x2112x4096,
+    1x1536x4096; bench/NOTES.md)."""
+    shapes = [(64, 2112, 7168), (1, 2112, 7168), (64, 2112, 16384), (64, 1536, 7168), (48, 2112, 4096),
+              (64, 2112, 2048), (64, 256, 7168), (64, 4096, 7168)]  # fmt: skip
+    got = plan([(*s, 132) for s in shapes])
+    assert [(p["consumers"], p["block_n"], p["kb_per_split"], p["wg_split"]) for p in got] == [
+        (1, 16, 56, 1),
+        (1, 16, 56, 1),
+        (1, 16, 128, 1),
+        (1, 16, 56, 1),
+        (1, 16, 32, 0),
+        (1, 16, 16, 0),
+        (1, 16, 7, 0),  # split-K plans keep one warpgroup on their short splits
+        (1, 32, 56, 0),  # wider tiles keep one warpgroup per 64 rows
     ]

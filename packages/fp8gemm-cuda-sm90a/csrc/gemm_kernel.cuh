@@ -19,7 +19,8 @@
 // may straddle two 128-wide scale blocks, the first kFormer 8-column groups taking the first one's
 // scale. Up to 128 columns with one slice per warpgroup, two accumulator sets fit, so the next K
 // block is issued before this one is promoted; wider tiles, 256-row ones and 128 x 128 ones on long K
-// (kOneSet) use one set.
+// (kOneSet) use one set. 64 x 16 tiles on long K may share their K blocks out over two consumer
+// warpgroups (kSplitK), each with its own two sets.
 // bf16 tiles leave through shared memory and TMA stores; for 256-row tiles a third producer warp
 // issues those stores, so the consumers hand over their buffer and go straight on to the next tile.
 #pragma once
@@ -54,21 +55,32 @@ constexpr int kSegBytes = 4 * 8 + 2 * 2 * kSegKb * 4;
 
 __host__ __device__ constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
 
-// Pipeline depth: as many stages as shared memory holds next to the epilogue buffer, at most 12.
-constexpr int stages_for(int block_m, int block_n) {
+// Pipeline depth: as many stages as shared memory holds next to the epilogue buffer and `extra`
+// bytes, at most `cap` (12; see Cfg::kSplitWG for 20).
+constexpr int stages_for(int block_m, int block_n, int extra = 0, int cap = 12) {
   const int per_stage = block_m * kBlockK + block_n * kBlockK + block_m * 4;
   const int epilogue = block_n % 32 == 0 ? block_m * block_n * 2 : 0;
-  const int fit = (227 * 1024 - 2048 - epilogue - 2 * 12 * 8 - kSegBytes) / per_stage;  // 2048: alignment; barriers
-  return fit < 12 ? fit : 12;
+  const int fit = (227 * 1024 - 2048 - epilogue - 2 * cap * 8 - kSegBytes - extra) / per_stage;  // 2048: alignment; barriers
+  return fit < cap ? fit : cap;
 }
 
 // kSub: 64-row slices per consumer warpgroup. 2 gives 256-row tiles from two warpgroups (3/4 of the
 // L2 -> SM bytes per FLOP of 128 x 128), their slices multiplied one after the other into one
 // accumulator set. kOneSet: the one-set K loop where the two-set one would run (Plan::one_set_loop).
-template <int kConsumers, int kBlockN, int kCluster, int kSub = 1, bool kOneSet = false>
+// kSplitK: a 64-row tile's K blocks shared by two warpgroups (Plan::split_k_warpgroups).
+template <int kConsumers, int kBlockN, int kCluster, int kSub = 1, bool kOneSet = false, bool kSplitK = false>
 struct Cfg {
   static constexpr int kBlockM = 64 * kConsumers * kSub;
-  static constexpr int kStages = stages_for(kBlockM, kBlockN);
+  // K split over warpgroups: two consumer warpgroups on the same 64 rows, each taking every other K
+  // block, so an SM runs two independent wgmma chains and promotions; the second hands its sums to
+  // the first through shared memory (kRedBytes) at the tile's end. Its pipeline gets up to 20 stages,
+  // as the loads must now keep up with two consumers.
+  static constexpr int kSplitWG = kSplitK ? 2 : 1;
+  static constexpr int kConsumerWGs = kConsumers * kSplitWG;
+  static constexpr int kRedBytes = kSplitK ? 128 * (kBlockN / 2) * 4 : 0;
+  static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12);
+  static_assert(!kSplitK || (kConsumers == 1 && kSub == 1 && !kOneSet && kCluster == 1 && kBlockN <= kBlockK),
+                "K split over warpgroups: 64-row two-set tiles");
   static_assert(kStages >= 3, "at least three pipeline stages");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   // 2-CTA clusters pair tiles along N, sharing (multicasting) the A tile, or along M, sharing B
@@ -111,7 +123,7 @@ struct Cfg {
   // shapes, 2048x2112x7168 1.07x, 1024x2112x3072 1.04x, one loss, 1536x1536x7168 0.96x
   // ("21_fifteenth_session" run_a, run_b).
   static constexpr bool kAlwaysUnrolled = kSub == 2;
-  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kThreads = 128 * (kConsumerWGs + 1);
   // 64-row tiles issue their TMA loads from an elected lane of the producer's first warp instead of
   // lane 0: ptxas then knows one thread runs the loop and drops the per-TMA uniformity loop
   // (ELECT + BRA.U.ANY) around each UTMALDG. A stage took ~220 SM cycles to issue that way (clock64
@@ -126,7 +138,7 @@ struct Cfg {
   static constexpr int kProducerRegs = 40;
   static constexpr int kLaunchRegs = (65536 / kThreads > 255 ? 255 : 65536 / kThreads) / 8 * 8;
   static constexpr int kPoolRegs = kLaunchRegs * kThreads - 128 * kProducerRegs;
-  static constexpr int kConsumerRegsFit = kPoolRegs / (128 * kConsumers) / 8 * 8;
+  static constexpr int kConsumerRegsFit = kPoolRegs / (128 * kConsumerWGs) / 8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegsFit > 232 ? 232 : kConsumerRegsFit;
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = kBlockN * kBlockK;
@@ -139,7 +151,8 @@ struct Cfg {
   static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes) + 1023) / 1024 * 1024;  // SW128 base
   static constexpr int kBarOffset = kEpiOffset + kEpiBytes;
   static constexpr int kSegOffset = kBarOffset + 2 * kStages * 8;
-  static constexpr int kSmemBytes = kSegOffset + kSegBytes + 1024;  // + alignment slack
+  static constexpr int kRedOffset = kSegOffset + kSegBytes;
+  static constexpr int kSmemBytes = kRedOffset + kRedBytes + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
 };
 
@@ -322,6 +335,11 @@ struct Ring {
   __device__ __forceinline__ void advance() {
     if (++stage == kStages) stage = 0, phase ^= 1;
   }
+  __device__ __forceinline__ void advance_by(int n) {
+    const int s = stage + n;
+    phase ^= (s / kStages) & 1;
+    stage = s % kStages;
+  }
 };
 
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
@@ -354,12 +372,12 @@ __device__ __forceinline__ void store_warpgroup_tile(const CUtensorMap* map_out,
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
-template <int kConsumers, int kBlockN, int kCluster, int kSub, bool kOneSet>
-__global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet>::kThreads, 1)
+template <int kConsumers, int kBlockN, int kCluster, int kSub, bool kOneSet, bool kSplitK>
+__global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet, kSplitK>::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_scale, const __grid_constant__ CUtensorMap map_out,
                 const Params p) {
-  using C = Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet>;
+  using C = Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet, kSplitK>;
   constexpr int kStages = C::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -395,7 +413,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  if (threadIdx.x == kConsumers * 128) {  // descriptors into the cache while the barriers settle
+  if (threadIdx.x == C::kConsumerWGs * 128) {  // descriptors into the cache while the barriers settle
     prefetch_map(&map_a);
     prefetch_map(&map_b);
     prefetch_map(&map_scale);
@@ -404,7 +422,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
   if constexpr (kCluster > 1) cluster_sync();  // peers' barriers exist before anyone signals them
   else __syncthreads();
 
-  if (warpgroup == kConsumers) {  // producer warpgroup: the last one
+  if (warpgroup == C::kConsumerWGs) {  // producer warpgroup: the last one
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(C::kProducerRegs));
     // Warp 0: the TMA thread. Warp 1 (one-set loop): the B-scale warp, a warp of its own so that its
     // lanes load a segment's scales at once, one load latency per segment. Warp 2 (256-row tiles):
@@ -487,11 +505,14 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
   // Consumer warpgroups.
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kConsumerRegs));
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  // K-split warpgroups share rows: k_part picks their K blocks, row_wg their rows.
+  const int k_part = kSplitK ? warpgroup : 0;
+  const int row_wg = kSplitK ? 0 : warpgroup;
   // Row of this thread in the warpgroup's first slice (and + 8); slice i is 64 i rows further.
-  const int row_in_tile = warpgroup * 64 * kSub + warp * 16 + lane / 4;
+  const int row_in_tile = row_wg * 64 * kSub + warp * 16 + lane / 4;
   // Shared-memory addresses formed once, warp-uniform (shuffled from lane 0) so the descriptors live
   // in uniform registers: the issue path per K block is then a few adds, not address conversions.
-  const uint32_t a_desc_base = __shfl_sync(~0u, sw128_desc_lo(smem_u32(tiles_a + warpgroup * kSub * 64 * kBlockK)), 0);
+  const uint32_t a_desc_base = __shfl_sync(~0u, sw128_desc_lo(smem_u32(tiles_a + row_wg * kSub * 64 * kBlockK)), 0);
   const uint32_t b_desc_base = __shfl_sync(~0u, sw128_desc_lo(smem_u32(tiles_b)), 0);
   // 256-row tiles: pinned in a register (the compiler otherwise recomputes it from threadIdx in every
   // K block; the two-accumulator loop has no register to spare for it).
@@ -607,8 +628,8 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
       // B scales in batches of 32 K blocks, lane i holding block (batch start + i)'s, loaded a batch
       // ahead: a load per K block, one block ahead, left its latency (a DRAM miss on every new
       // line) on the promotion's path; ncu put 16% of the stall samples there on decode shapes.
-      auto batch_at = [&](const float* row, int j0) {
-        const int kb = kb_begin + j0 + lane;
+      auto batch_at = [&](const float* row, int j0) {  // j0: this warpgroup's block count so far
+        const int kb = kb_begin + k_part + C::kSplitWG * (j0 + lane);
         return kb < kb_end ? __ldg(row + kb) : 0.0f;
       };
       float batch = batch_at(sb_rows.first, 0), batch_next = batch_at(sb_rows.first, 32);
@@ -625,7 +646,8 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
         b.sb1 = kStraddles ? __shfl_sync(~0u, batch1, j % 32) : 0.0f;
         mbar_wait(&full[b.s], ring.phase);
         issue(into, b.s, 0);
-        ring.advance();
+#pragma unroll
+        for (int w = 0; w < C::kSplitWG; ++w) ring.advance();  // past the other warpgroup's block
       };
       // Promote the block in `from` once at most `in_flight` newer groups remain.
       auto finish = [&](auto in_flight, const float (&from)[C::kAcc], const Block& b) {
@@ -635,7 +657,14 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
         if (lane == 0) release(b.s);
         promote(former, total[0], from, sa_lo, sa_hi, b.sb0, b.sb1);
       };
-      const int n = kb_end - kb_begin;
+      const int n_all = kb_end - kb_begin;
+      const int n = (n_all - k_part + C::kSplitWG - 1) / C::kSplitWG;  // this warpgroup's K blocks
+      [[maybe_unused]] const Ring<kStages> ring_start = ring;
+      if (k_part) ring.advance();
+      if (kSplitK && n <= 0) {  // a 1-block split leaves the second warpgroup nothing
+        ring.advance_by(n_all - 1);
+        return;
+      }
       Block prev, cur;
       next(acc, 0, prev);
       int j = 1;
@@ -652,9 +681,27 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
       } else {
         finish(none_newer, acc, prev);
       }
+      if constexpr (kSplitK) ring = ring_start, ring.advance_by(n_all);  // both warpgroups past the tile
     };
     if constexpr (C::kOverlap) with_former<kBlockN>(n_first % kBlockK, mainloop_overlapped);
     else with_former<kBlockN>(n_first % kBlockK, mainloop);
+    if constexpr (kSplitK) {  // the second warpgroup's sums into the first's (named barriers 12, 13)
+      float* red = reinterpret_cast<float*>(smem + C::kRedOffset);
+      const int slot = threadIdx.x % 128;  // the same accumulator layout in both warpgroups
+      const bool more = t + tile_stride < num_tiles;
+      if (k_part) {
+#pragma unroll
+        for (int i = 0; i < C::kAcc; ++i) red[i * 128 + slot] = total[0][i];
+      }
+      asm volatile("bar.sync 12, 256;" ::: "memory");
+      if (k_part) {
+        if (more) asm volatile("bar.sync 13, 256;" ::: "memory");  // read out before the next tile's writes
+        continue;
+      }
+#pragma unroll
+      for (int i = 0; i < C::kAcc; ++i) total[0][i] += red[i * 128 + slot];
+      if (more) asm volatile("bar.sync 13, 256;" ::: "memory");
+    }
 
     // Epilogue: register 4g + j holds column 8g + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).
     if constexpr (C::kTmaStore) {
@@ -663,7 +710,7 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
         // thread (of the warpgroup, or the store warp) hands them to the TMA engine (rows past M,
         // columns past N are clipped by the tensor map) and the warpgroup moves on to its next tile
         // while the copies drain.
-        uint8_t* buf = epilogue + warpgroup * kSub * 64 * kBlockN * 2;
+        uint8_t* buf = epilogue + row_wg * kSub * 64 * kBlockN * 2;
         const bool issuer = threadIdx.x % 128 == 0;
         if constexpr (C::kStoreWarp) {  // the store warp read the buffer out
           asm volatile("bar.sync %0, 160;" ::"r"(kEpiFreeBar + warpgroup) : "memory");

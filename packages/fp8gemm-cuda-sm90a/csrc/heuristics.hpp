@@ -15,12 +15,16 @@ constexpr int kGroupMNarrowWave = 4;
 // (gemm_kernel.cuh Cfg::kAlwaysUnrolled), and 128 x 128 tiles take that loop from as many K blocks per
 // split (plan_for: one_set_loop).
 constexpr int kUnrolledMinKb = 24;
+// 64 x 16 tiles with at least this many K blocks per split share them out over two warpgroups
+// (plan_for: split_k_warpgroups).
+constexpr int kWarpgroupSplitMinKb = 48;
 
 // Forced choices for experiments (FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]",
 // FP8GEMM_SM90A_SPLITS=n, FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1); 0 leaves the choice to
 // the policy.
 struct Tuning {
   int consumers = 0, block_n = 0, cluster = 0, splits = 0, group_m = 0, no_pairs = 0;
+  int wg_split_min_kb = 0;  // FP8GEMM_SM90A_WG_SPLIT_MIN_KB: split_k_warpgroups' threshold
 };
 
 struct Plan {
@@ -32,6 +36,7 @@ struct Plan {
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks, M fastest
   bool placement_pairs;  // 1-CTA tiles launched as 2-CTA clusters, for placement only (plan_for)
   bool one_set_loop;     // 128 x 128 tiles: the one-set K loop instead of the two-set one (plan_for)
+  bool split_k_warpgroups;  // 64 x 16 tiles: two warpgroups take alternate K blocks (plan_for)
   int64_t workspace_bytes;
 };
 
@@ -212,6 +217,15 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   // (128x32768x512). The threshold is the loop's unroll threshold: below it the one-set loop runs
   // rolled. The 64- and 96-wide tiles stay on the two-set loop (run_c: 768x2048x7168 0.96x).
   p.one_set_loop = p.consumers == 2 && p.block_n == 128 && p.cluster == 1 && p.kb_per_split >= kUnrolledMinKb;
+  // 64 x 16 tiles on long K: two consumer warpgroups take alternate K blocks (gemm_kernel.cuh
+  // Cfg::kSplitWG, with up to 20 stages). Such a tile's consumer needs ~240 SM cycles per K block (a
+  // barrier round trip, four dependent wgmma, the promotion: clock64 trace, bench/NOTES.md), longer
+  // than its loads take once the producer issues from an elected lane. Measured against one
+  // warpgroup (sweeps "24_eighteenth_session" run_e, H200, 3 rounds): 64x2112x16384 1.15x,
+  // 64x2112x7168 1.10x, 16x2112x7168 1.08x, 64x1536x7168 1.05x; mixed at 32 K blocks (48x2112x4096,
+  // 1x1536x4096: 0.95-1.01x against the same build with the split off), so it starts at 48.
+  const int wg_split_min_kb = tuning.wg_split_min_kb ? tuning.wg_split_min_kb : kWarpgroupSplitMinKb;
+  p.split_k_warpgroups = p.consumers == 1 && p.block_n == 16 && p.cluster == 1 && p.kb_per_split >= wg_split_min_kb;
   p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
   return p;
 }

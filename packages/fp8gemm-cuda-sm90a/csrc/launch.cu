@@ -66,11 +66,11 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
   return map;
 }
 
-template <int kConsumers, int kBlockN, int kCluster, int kSub = 1, bool kOneSet = false>
+template <int kConsumers, int kBlockN, int kCluster, int kSub = 1, bool kOneSet = false, bool kSplitK = false>
 void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaStream_t stream, int dev) {
   const int grid = plan.grid;
-  using C = Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet>;
-  auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster, kSub, kOneSet>;
+  using C = Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet, kSplitK>;
+  auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster, kSub, kOneSet, kSplitK>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
   std::call_once(configured[dev], [&] {
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
@@ -131,13 +131,18 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
   check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
 }
 
-// One instantiation per tile_supported() shape, and 128 x 128 on the one-set loop. The plan counts
+// One instantiation per tile_supported() shape, 128 x 128 on the one-set loop and 64 x 16 with the K
+// blocks split over two warpgroups. The plan counts
 // 64-row slices: 4 runs as two consumer warpgroups of two slices each (256-row tiles).
 void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params& p, cudaStream_t stream, int dev) {
   const int key = plan.consumers * 10000 + plan.block_n * 10 + plan.cluster;
   if (plan.one_set_loop) {
     if (key != 21281) throw std::logic_error("fp8gemm-cuda-sm90a: the one-set loop is compiled for 128 x 128 tiles only");
     return launch_tiles<2, 128, 1, 1, true>(args, p, plan, stream, dev);
+  }
+  if (plan.split_k_warpgroups) {
+    if (key != 10161) throw std::logic_error("fp8gemm-cuda-sm90a: the warpgroup K split is compiled for 64 x 16 tiles only");
+    return launch_tiles<1, 16, 1, 1, false, true>(args, p, plan, stream, dev);
   }
   switch (key) {
     case 10161: return launch_tiles<1, 16, 1>(args, p, plan, stream, dev);
@@ -166,7 +171,8 @@ int env_int(const char* name, int fallback) {
 }
 
 // Experiments: FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]", FP8GEMM_SM90A_SPLITS=n,
-// FP8GEMM_SM90A_GROUP_M=n and FP8GEMM_SM90A_NO_PAIRS=1 force the plan's choices (read once per
+// FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1 and FP8GEMM_SM90A_WG_SPLIT_MIN_KB=n (64 x 16 tiles split
+// their K blocks over two warpgroups from n per tile) force the plan's choices (read once per
 // process); a tile launch.cu does not instantiate is an error.
 const Tuning& tuning() {
   static const Tuning t = [] {
@@ -181,6 +187,7 @@ const Tuning& tuning() {
     t.splits = std::max(0, env_int("FP8GEMM_SM90A_SPLITS", 0));
     t.group_m = std::max(0, env_int("FP8GEMM_SM90A_GROUP_M", 0));
     t.no_pairs = env_int("FP8GEMM_SM90A_NO_PAIRS", 0) != 0;
+    t.wg_split_min_kb = std::max(0, env_int("FP8GEMM_SM90A_WG_SPLIT_MIN_KB", 0));
     return t;
   }();
   return t;
