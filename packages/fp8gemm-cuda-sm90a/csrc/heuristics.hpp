@@ -20,11 +20,11 @@ constexpr int kUnrolledMinKb = 24;
 constexpr int kWarpgroupSplitMinKb = 48;
 
 // Forced choices for experiments (FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]",
-// FP8GEMM_SM90A_SPLITS=n, FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1); 0 leaves the choice to
-// the policy.
+// FP8GEMM_SM90A_SPLITS=n, FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1,
+// FP8GEMM_SM90A_WG_SPLIT_MIN_KB=n); 0 leaves the choice to the policy.
 struct Tuning {
   int consumers = 0, block_n = 0, cluster = 0, splits = 0, group_m = 0, no_pairs = 0;
-  int wg_split_min_kb = 0;  // FP8GEMM_SM90A_WG_SPLIT_MIN_KB: split_k_warpgroups' threshold
+  int wg_split_min_kb = 0;  // split_k_warpgroups' threshold in K blocks per split
 };
 
 struct Plan {
