@@ -25,8 +25,8 @@ PACKAGES = {
         {"QGMMA.64x192x32.F32.E4M3.E4M3": 8, "QGMMA.64x160x32.F32.E4M3.E4M3": 16, "QGMMA.64x128x32.F32.E4M3.E4M3": 16,
          "QGMMA.64x96x32.F32.E4M3.E4M3": 32, "QGMMA.64x16x32.F32.E4M3.E4M3": 4, "UTMALDG.2D": 3,
          "UTMALDG.2D.MULTICAST": 1, "UTMASTG.2D": 1, "SYNCS.PHASECHK": 1, "USETMAXREG": 2, "WARPGROUP.ARRIVE": 1},
-        17,  # 14 tile shapes (heuristics.hpp tile_supported), 128 x 128 on the one-set loop, 64 x 16 with the
-        # warpgroup K split, the split-K reduction
+        18,  # 14 tile shapes (heuristics.hpp tile_supported), 128 x 128 on the one-set loop, 64 x 16 and 64 x 32
+        # with the warpgroup K split, the split-K reduction
     ),
 }  # fmt: skip
 

@@ -117,11 +117,12 @@ def test_sm90a_long_k_over_several_scale_segments(tile, splits):
 @pytest.mark.skipif("sm90a" not in GPU_BACKENDS, reason="fp8gemm-cuda-sm90a not installed")
 @pytest.mark.parametrize("splits", ["0", "3"])
 @pytest.mark.parametrize("min_kb", ["1", "2"])
-def test_sm90a_warpgroup_k_split(min_kb, splits):
-    """64 x 16 tiles with their K blocks shared by two warpgroups (split_k_warpgroups), forced from 1 or 2 K blocks:
+@pytest.mark.parametrize("tile", ["1,16", "1,32"])
+def test_sm90a_warpgroup_k_split(tile, min_kb, splits):
+    """64 x 16 and 64 x 32 tiles with their K blocks shared by two warpgroups (split_k_warpgroups), forced from 1 or 2 K blocks:
     odd and even block counts, a second warpgroup with no block (3 splits of 1-block K tails), several tiles
     per CTA (the sums handed over through shared memory each tile) and long K, against the float64 oracle."""
-    env = dict(os.environ, FP8GEMM_SM90A_TILE="1,16", FP8GEMM_SM90A_SPLITS=splits, FP8GEMM_SM90A_WG_SPLIT_MIN_KB=min_kb)
+    env = dict(os.environ, FP8GEMM_SM90A_TILE=tile, FP8GEMM_SM90A_SPLITS=splits, FP8GEMM_SM90A_WG_SPLIT_MIN_KB=min_kb)
     proc = subprocess.run([sys.executable, "-c", _LONG_K_CHECK + _SPLIT_SHAPES], env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -19,8 +19,8 @@
 // may straddle two 128-wide scale blocks, the first kFormer 8-column groups taking the first one's
 // scale. Up to 128 columns with one slice per warpgroup, two accumulator sets fit, so the next K
 // block is issued before this one is promoted; wider tiles, 256-row ones and 128 x 128 ones on long K
-// (kOneSet) use one set. 64 x 16 tiles on long K may share their K blocks out over two consumer
-// warpgroups (kSplitK), each with its own two sets.
+// (kOneSet) use one set. 64 x 16 and 64 x 32 tiles on long K may share their K blocks out over two
+// consumer warpgroups (kSplitK), each with its own two sets.
 // bf16 tiles leave through shared memory and TMA stores; for 256-row tiles a third producer warp
 // issues those stores, so the consumers hand over their buffer and go straight on to the next tile.
 #pragma once

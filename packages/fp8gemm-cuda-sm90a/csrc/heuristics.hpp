@@ -15,7 +15,7 @@ constexpr int kGroupMNarrowWave = 4;
 // (gemm_kernel.cuh Cfg::kAlwaysUnrolled), and 128 x 128 tiles take that loop from as many K blocks per
 // split (plan_for: one_set_loop).
 constexpr int kUnrolledMinKb = 24;
-// 64 x 16 tiles with at least this many K blocks per split share them out over two warpgroups
+// 64 x 16 and 64 x 32 tiles with at least this many K blocks per split share them out over two warpgroups
 // (plan_for: split_k_warpgroups).
 constexpr int kWarpgroupSplitMinKb = 48;
 
@@ -36,7 +36,7 @@ struct Plan {
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks, M fastest
   bool placement_pairs;  // 1-CTA tiles launched as 2-CTA clusters, for placement only (plan_for)
   bool one_set_loop;     // 128 x 128 tiles: the one-set K loop instead of the two-set one (plan_for)
-  bool split_k_warpgroups;  // 64 x 16 tiles: two warpgroups take alternate K blocks (plan_for)
+  bool split_k_warpgroups;  // 64 x 16 and 64 x 32 tiles: two warpgroups take alternate K blocks (plan_for)
   int64_t workspace_bytes;
 };
 
@@ -224,8 +224,12 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   // warpgroup (sweeps "24_eighteenth_session" run_e, H200, 3 rounds): 64x2112x16384 1.15x,
   // 64x2112x7168 1.10x, 16x2112x7168 1.08x, 64x1536x7168 1.05x; mixed at 32 K blocks (48x2112x4096,
   // 1x1536x4096: 0.95-1.01x against the same build with the split off), so it starts at 48.
+  // 64 x 32 tiles from 48 K blocks too ("25_nineteenth_session" run_b, 6 rounds against the same build
+  // with the split off): 1.035-1.047x on the N = 2048-2112 plans of 80-128 rows (two M blocks, placement
+  // pairs) and at 1x4096x16384, level (0.99-1.01x) on 64-row N = 3072-4096 plans.
   const int wg_split_min_kb = tuning.wg_split_min_kb ? tuning.wg_split_min_kb : kWarpgroupSplitMinKb;
-  p.split_k_warpgroups = p.consumers == 1 && p.block_n == 16 && p.cluster == 1 && p.kb_per_split >= wg_split_min_kb;
+  p.split_k_warpgroups = p.consumers == 1 && (p.block_n == 16 || p.block_n == 32) && p.cluster == 1 &&
+                         p.kb_per_split >= wg_split_min_kb;
   p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
   return p;
 }

@@ -131,8 +131,8 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
   check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
 }
 
-// One instantiation per tile_supported() shape, 128 x 128 on the one-set loop and 64 x 16 with the K
-// blocks split over two warpgroups. The plan counts
+// One instantiation per tile_supported() shape, 128 x 128 on the one-set loop, and 64 x 16 and 64 x 32
+// with the K blocks split over two warpgroups. The plan counts
 // 64-row slices: 4 runs as two consumer warpgroups of two slices each (256-row tiles).
 void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params& p, cudaStream_t stream, int dev) {
   const int key = plan.consumers * 10000 + plan.block_n * 10 + plan.cluster;
@@ -141,8 +141,11 @@ void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params
     return launch_tiles<2, 128, 1, 1, true>(args, p, plan, stream, dev);
   }
   if (plan.split_k_warpgroups) {
-    if (key != 10161) throw std::logic_error("fp8gemm-cuda-sm90a: the warpgroup K split is compiled for 64 x 16 tiles only");
-    return launch_tiles<1, 16, 1, 1, false, true>(args, p, plan, stream, dev);
+    switch (key) {
+      case 10161: return launch_tiles<1, 16, 1, 1, false, true>(args, p, plan, stream, dev);
+      case 10321: return launch_tiles<1, 32, 1, 1, false, true>(args, p, plan, stream, dev);
+      default: throw std::logic_error("fp8gemm-cuda-sm90a: the warpgroup K split is compiled for 64 x 16 and 64 x 32 tiles");
+    }
   }
   switch (key) {
     case 10161: return launch_tiles<1, 16, 1>(args, p, plan, stream, dev);
@@ -171,9 +174,9 @@ int env_int(const char* name, int fallback) {
 }
 
 // Experiments: FP8GEMM_SM90A_TILE="consumers,block_n[,cluster]", FP8GEMM_SM90A_SPLITS=n,
-// FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1 and FP8GEMM_SM90A_WG_SPLIT_MIN_KB=n (64 x 16 tiles split
-// their K blocks over two warpgroups from n per tile) force the plan's choices (read once per
-// process); a tile launch.cu does not instantiate is an error.
+// FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1 and FP8GEMM_SM90A_WG_SPLIT_MIN_KB=n (64 x 16 and
+// 64 x 32 tiles split their K blocks over two warpgroups from n per tile) force the plan's choices
+// (read once per process); a tile launch.cu does not instantiate is an error.
 const Tuning& tuning() {
   static const Tuning t = [] {
     Tuning t;
