@@ -767,7 +767,10 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
         const int col = n0 + 8 * g;
         if (col >= p.n) continue;
         const float x = total[slice][4 * g + 2 * half], y = total[slice][4 * g + 2 * half + 1];
-        if (f32) *reinterpret_cast<float2*>(row_f32 + col) = make_float2(x, y);
+        // Two 4-byte stores, not one float2: an 8-byte store wants x in an even register, which made
+        // ptxas give every running total the register parity of its wgmma accumulator, so each
+        // promotion FFMA read two operands from one register bank (bench/NOTES.md, nineteenth session).
+        if (f32) row_f32[col] = x, row_f32[col + 1] = y;
         else *reinterpret_cast<__nv_bfloat162*>(row_bf16 + col) = __floats2bfloat162_rn(x, y);
       }
     }
