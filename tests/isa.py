@@ -64,12 +64,17 @@ def extract_module(wheel: Path, out_dir: Path, pattern: str = r"_C\..*\.so$") ->
 _OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]+)")
 
 
-def sass_opcode_sequences(cuobjdump: str, binary: Path) -> dict[str, list[str]]:
-    """Each function's (mangled name) opcodes in program order."""
+def sass_by_function(cuobjdump: str, binary: Path) -> dict[str, str]:
+    """Each function's (mangled name) SASS text."""
     env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}:{os.environ['PATH']}"}  # it calls nvdisasm
     sass = subprocess.run([cuobjdump, "-sass", str(binary)], capture_output=True, text=True, env=env, check=True).stdout
     parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)  # preamble, name, body, name, body, ...
-    return {name: _OPCODE.findall(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def sass_opcode_sequences(cuobjdump: str, binary: Path) -> dict[str, list[str]]:
+    """Each function's (mangled name) opcodes in program order."""
+    return {name: _OPCODE.findall(body) for name, body in sass_by_function(cuobjdump, binary).items()}
 
 
 def sass_opcodes_by_function(cuobjdump: str, binary: Path) -> dict[str, collections.Counter]:

@@ -12,6 +12,7 @@ from isa import (
     extract_module,
     needed_libraries,
     require_tool,
+    sass_by_function,
     sass_opcode_sequences,
     sass_opcodes,
     sass_opcodes_by_function,
@@ -101,6 +102,24 @@ def test_sm90a_decode_tiles_issue_tma_from_an_elected_lane(built):
     assert sorted(decode) == [(1, 16), (1, 32), (1, 64), (1, 96), (1, 128)]
     assert all(n == 0 for n in decode.values()), decode
     assert all(n > 0 for key, n in looped.items() if key[0] > 1), looped  # the check sees the loops where they are
+
+
+def test_sm90a_promotion_ffmas_read_their_operands_from_two_register_banks(built):
+    """gemm_kernel.cuh's fp32 epilogue stores 4 bytes at a time: an 8-byte store made ptxas give each running total
+    the register parity of its wgmma accumulator, so `FFMA total, acc, scale, total` read two operands from one
+    bank (968 of 1152 FFMAs in the 256 x 128 kernel; DeepGEMM's kernel: 0). Fixed, the 256- and 192-row tiles ran
+    1-4% fewer SM cycles (bench/NOTES.md). No FFMA in any kernel may pair same-parity accumulator and addend."""
+    package, module = built
+    if package != "fp8gemm-cuda-sm90a":
+        pytest.skip("sm90a kernels only")
+    ffma = re.compile(r"FFMA R(\d+), R(\d+), R\d+(?:\.reuse)?, R(\d+)\b")
+    counts = {}
+    for name, body in sass_by_function(require_tool("cuobjdump"), module).items():
+        if "gemm_kernel" in name:
+            ops = [(int(a), int(c)) for _, a, c in ffma.findall(body)]
+            counts[name] = (len(ops), sum(a % 2 == c % 2 for a, c in ops))
+    assert len(counts) == 17 and all(total > 0 for total, _ in counts.values()), counts
+    assert all(same == 0 for _, same in counts.values()), counts
 
 
 def test_no_register_spills(built):
