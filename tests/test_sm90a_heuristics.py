@@ -49,6 +49,11 @@ def plan(tmp_path_factory):
     return run
 
 
+def plan_fields(plan, shapes, *names):
+    """The named plan fields of each shape on 132 SMs (H100/H200 SXM), as tuples."""
+    return [tuple(p[name] for name in names) for p in plan([(*s, 132) for s in shapes])]
+
+
 def check_plan(p, m, n, k, sms):
     kb = k // 128
     assert p["supported"], p
@@ -121,8 +126,7 @@ def test_rasterisation_pairs_m_blocks_only_in_a_single_unsplit_wave(plan):
     otherwise in groups of 16 (pairs measured 0.92x at 4096x32768x512, 4 waves)."""
     shapes = [(1024, 1536, 7168), (768, 2048, 7168), (1024, 1024, 7168), (4096, 4096, 7168), (4096, 32768, 512),
               (2048, 576, 7168), (384, 2112, 7168), (1024, 3072, 1536), (128, 7168, 16384)]  # fmt: skip
-    got = plan([(*s, 132) for s in shapes])
-    assert [(p["block_n"], p["m_blocks"], p["splits"], p["grid"], p["group_m"]) for p in got] == [
+    assert plan_fields(plan, shapes, "block_n", "m_blocks", "splits", "grid", "group_m") == [
         (96, 8, 1, 128, 2),  # 128 tiles of 128 x 96
         (96, 6, 1, 132, 2),
         (64, 8, 1, 128, 2),
@@ -140,8 +144,7 @@ def test_placement_pairs_only_for_unclustered_tiles_that_share_b(plan):
     blocks): measured up to 1.16x (768x2048x7168, 128x4096x7168), level with one M block (bench/NOTES.md)."""
     shapes = [(128, 4096, 7168), (768, 2048, 7168), (4096, 2112, 7168), (384, 2112, 7168), (64, 2112, 7168),
               (128, 32768, 512), (4096, 4096, 7168), (1, 16, 128)]  # fmt: skip
-    got = plan([(*s, 132) for s in shapes])
-    assert [(p["pairs"], p["grid"]) for p in got] == [
+    assert plan_fields(plan, shapes, "pairs", "grid") == [
         (1, 128),
         (1, 132),
         (1, 132),
@@ -159,8 +162,7 @@ def test_groups_of_four_where_a_wave_touches_fewer_rows(plan):
     and B than with groups of 16 (measured 1.04x at 4096x2112x7168 and 6144x2112x7168; bench/NOTES.md)."""
     shapes = [(4096, 2112, 7168), (6144, 1536, 4096), (3072, 2112, 2048), (6144, 7168, 2304), (1536, 4096, 7168),
               (2048, 2112, 7168), (4096, 4096, 7168), (2048, 1536, 7168)]  # fmt: skip
-    got = plan([(*s, 132) for s in shapes])
-    assert [(p["consumers"], p["block_n"], p["cluster"], p["group_m"]) for p in got] == [
+    assert plan_fields(plan, shapes, "consumers", "block_n", "cluster", "group_m") == [
         (3, 128, 1, 4),  # 22 x 17 tiles of 192 x 128: a wave spans all 17 N blocks of 8 M blocks
         (3, 128, 1, 4),
         (2, 192, 1, 4),
@@ -177,8 +179,7 @@ def test_one_set_loop_for_128_wide_tiles_on_long_k(plan):
     (200x7168x7168, 512x4096x4096), 0.92x at 12 (640x3072x1536), 0.98x at 4 (128x32768x512; bench/NOTES.md)."""
     shapes = [(200, 7168, 7168), (512, 4096, 4096), (129, 7168, 2048), (640, 3072, 1536), (128, 32768, 512),
               (200, 7168, 3072), (1024, 1536, 7168), (4096, 4096, 7168), (256, 7168, 7168)]  # fmt: skip
-    got = plan([(*s, 132) for s in shapes])
-    assert [(p["consumers"], p["block_n"], p["kb_per_split"], p["one_set"]) for p in got] == [
+    assert plan_fields(plan, shapes, "consumers", "block_n", "kb_per_split", "one_set") == [
         (2, 128, 56, 1),
         (2, 128, 32, 1),
         (2, 128, 16, 0),
@@ -199,8 +200,7 @@ def test_warpgroup_k_split_for_narrow_tiles_on_long_k(plan):
     shapes = [(64, 2112, 7168), (1, 2112, 7168), (64, 2112, 16384), (64, 1536, 7168), (48, 2112, 4096),
               (64, 2112, 2048), (64, 256, 7168), (64, 4096, 7168), (128, 2112, 7168), (128, 2112, 4096),
               (128, 4096, 7168)]  # fmt: skip
-    got = plan([(*s, 132) for s in shapes])
-    assert [(p["consumers"], p["block_n"], p["kb_per_split"], p["wg_split"]) for p in got] == [
+    assert plan_fields(plan, shapes, "consumers", "block_n", "kb_per_split", "wg_split") == [
         (1, 16, 56, 1),
         (1, 16, 56, 1),
         (1, 16, 128, 1),
