@@ -661,25 +661,23 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
       const int n = (n_all - k_part + C::kSplitWG - 1) / C::kSplitWG;  // this warpgroup's K blocks
       [[maybe_unused]] const Ring<kStages> ring_start = ring;
       if (k_part) ring.advance();
-      if (kSplitK && n <= 0) {  // a 1-block split leaves the second warpgroup nothing
-        ring.advance_by(n_all - 1);
-        return;
-      }
-      Block prev, cur;
-      next(acc, 0, prev);
-      int j = 1;
-      for (; j + 1 < n; j += 2) {
-        next(acc2, j, cur);
-        finish(one_newer, acc, prev);
-        next(acc, j + 1, prev);
-        finish(one_newer, acc2, cur);
-      }
-      if (j < n) {  // an even block count leaves the last block for acc2
-        next(acc2, j, cur);
-        finish(one_newer, acc, prev);
-        finish(none_newer, acc2, cur);
-      } else {
-        finish(none_newer, acc, prev);
+      if (!kSplitK || n > 0) {  // a 1-block split leaves the second warpgroup nothing
+        Block prev, cur;
+        next(acc, 0, prev);
+        int j = 1;
+        for (; j + 1 < n; j += 2) {
+          next(acc2, j, cur);
+          finish(one_newer, acc, prev);
+          next(acc, j + 1, prev);
+          finish(one_newer, acc2, cur);
+        }
+        if (j < n) {  // an even block count leaves the last block for acc2
+          next(acc2, j, cur);
+          finish(one_newer, acc, prev);
+          finish(none_newer, acc2, cur);
+        } else {
+          finish(none_newer, acc, prev);
+        }
       }
       if constexpr (kSplitK) ring = ring_start, ring.advance_by(n_all);  // both warpgroups past the tile
     };
