@@ -102,6 +102,34 @@ def test_cli_bench_writes_json_and_plot(tmp_path, capsys):
     assert "16x256x512" in capsys.readouterr().out
 
 
+def test_bench_rounds_alternate_the_order_and_keep_the_median(capsys, tmp_path):
+    from fp8gemm import bench
+
+    order = []
+    scripted = {"ours": iter([3.0, 1.0, 2.0]), "peer": iter([5.0, 4.0, 6.0])}
+
+    def timer(fn):
+        order.append(fn())
+        return next(scripted[order[-1]])
+
+    rows = {name: {"impl": name, "m": 2, "n": 4, "k": 8} for name in ("ours", "peer", "broken")}
+    bench._time_rounds({"ours": lambda: "ours", "peer": lambda: "peer"}, rows, timer, 3, None)
+    assert order == ["ours", "peer", "peer", "ours", "ours", "peer"]
+    assert rows["ours"]["us"] == 2e6 and rows["ours"]["us_rounds"] == [3e6, 1e6, 2e6]
+    assert rows["peer"]["us"] == 5e6 and rows["peer"]["tflops"] == 2.0 * 2 * 4 * 8 / 5.0 / 1e12
+    assert "us" not in rows["broken"]
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        bench.run([(16, 256, 512)], torch.device("cpu"), rounds=0)
+    js = tmp_path / "r.json"
+    assert main(["bench", "--device", "cpu", "--shapes", "16,256,512", "--rounds", "2", "--json", str(js)]) == 0
+    report = json.loads(js.read_text())
+    assert report["environment"]["rounds"] == 2
+    assert all(
+        len(r["us_rounds"]) == 2 and r["us"] == pytest.approx(sum(r["us_rounds"]) / 2) for r in report["results"]
+    )
+    assert "median of 2 interleaved rounds" in capsys.readouterr().out
+
+
 def test_bench_settles_the_gpu_before_each_timing(monkeypatch):
     from fp8gemm import bench
 

@@ -143,12 +143,18 @@ def run(
     progress=None,
     out_dtype=torch.bfloat16,
     gpu_state: str = "sustained",
+    rounds: int = 1,
 ) -> dict:
     """Time ours and every available peer on each shape; returns the JSON-able results.
 
-    On a GPU each timing starts in `gpu_state` (GPU_STATES); CPU timings ignore it.
+    On a GPU each timing starts in `gpu_state` (GPU_STATES); CPU timings ignore it. With `rounds` > 1
+    every implementation is timed that many times per shape, the order reversed each round, and its
+    row keeps the median (``us``) and every round (``us_rounds``): one timing per implementation moved
+    single shapes by up to 9% between runs on one machine (bench/NOTES.md, "Interleaved rounds").
     """
     _check_gpu_state(gpu_state)
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     impls = {OURS: _ours(backend), **available_peers(device)}
     timer = _time_cpu if device.type == "cpu" else functools.partial(time_gpu, gpu_state=gpu_state)
     fp8 = preferred_fp8_dtype(device, backend)
@@ -158,26 +164,50 @@ def run(
         w = torch.randn(n, k, device=device, dtype=torch.bfloat16)
         a, a_scale = quantize_activation(x, fp8_dtype=fp8)
         b, b_scale = quantize_weight(w, fp8_dtype=fp8)
-        flops = 2.0 * m * n * k
-        ref = oracle(a, b, a_scale, b_scale) if flops <= ORACLE_MAX_FLOPS else None
+        ref = oracle(a, b, a_scale, b_scale) if 2.0 * m * n * k <= ORACLE_MAX_FLOPS else None
+        shape_rows, runners = {}, {}
         for name, prepare in impls.items():
-            row = {"impl": name, "m": m, "n": n, "k": k}
+            shape_rows[name] = {"impl": name, "m": m, "n": n, "k": k}
             try:
-                fn = prepare(a, b, a_scale, b_scale, out_dtype)
-                result = fn()
-                row["rel_err"] = relative_error(result, ref) if ref is not None else None
-                seconds = timer(fn)
-                row.update(us=seconds * 1e6, tflops=flops / seconds / 1e12)
+                runners[name] = prepare(a, b, a_scale, b_scale, out_dtype)
+                result = runners[name]()
+                shape_rows[name]["rel_err"] = relative_error(result, ref) if ref is not None else None
             except Exception as exc:  # a peer that cannot run this shape is recorded, not fatal
-                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-            rows.append(row)
-            if progress:
-                progress()
+                shape_rows[name]["error"] = _error_text(exc)
+                runners.pop(name, None)
+        _time_rounds(runners, shape_rows, timer, rounds, progress)
+        rows.extend(shape_rows.values())
     report = {"environment": environment(device, backend), "results": rows}
+    report["environment"]["rounds"] = rounds
     if device.type == "cuda":
         report["environment"].update(gpu_state=gpu_state, gpu_state_meaning=GPU_STATES[gpu_state])
         report["host_overhead"] = host_overhead(device, backend)
     return report
+
+
+def _error_text(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def _time_rounds(runners: dict, rows: dict, timer, rounds: int, progress) -> None:
+    """Time each runner `rounds` times, alternating the order, into its row (median us, TFLOP/s)."""
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    names = list(rows)  # every implementation, for the progress count; only runners are timed
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            if name in runners:
+                try:
+                    samples[name].append(timer(runners[name]))
+                except Exception as exc:
+                    rows[name]["error"] = _error_text(exc)
+                    del runners[name], samples[name]
+            if progress:
+                progress()
+    for name, seconds in samples.items():
+        row, median = rows[name], statistics.median(seconds)
+        row.update(us=median * 1e6, tflops=2.0 * row["m"] * row["n"] * row["k"] / median / 1e12)
+        if rounds > 1:
+            row["us_rounds"] = [t * 1e6 for t in seconds]
 
 
 def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) -> dict:

@@ -114,8 +114,10 @@ def cmd_bench(args) -> int:
     out_dtype = torch.float32 if args.out_dtype == "float32" else torch.bfloat16
     n_impls = 1 + len(bench.available_peers(device))
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("benchmarking", total=len(shapes) * n_impls)
-        report = bench.run(shapes, device, args.backend, lambda: progress.advance(task), out_dtype, args.gpu_state)
+        task = progress.add_task("benchmarking", total=len(shapes) * n_impls * args.rounds)
+        report = bench.run(
+            shapes, device, args.backend, lambda: progress.advance(task), out_dtype, args.gpu_state, args.rounds
+        )
     _print_bench_table(report)
     if args.json:
         bench.save_json(report, Path(args.json))
@@ -130,10 +132,14 @@ def _tflops_cell(tflops: float) -> str:
     return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"  # CPU runs are far below 1 TFLOP/s
 
 
+def _rounds_text(env: dict) -> str:
+    return f" of {env['rounds']} interleaved rounds" if env.get("rounds", 1) > 1 else ""
+
+
 def _print_bench_table(report: dict) -> None:
     env = report["environment"]
     table = Table(
-        title=f"TFLOP/s (median), {env['device']}, torch {env['torch']}, {env['date']}{bench.state_suffix(env)}"
+        title=f"TFLOP/s (median{_rounds_text(env)}), {env['device']}, torch {env['torch']}, {env['date']}{bench.state_suffix(env)}"
     )
     impls = list(dict.fromkeys(r["impl"] for r in report["results"]))
     table.add_column("M x N x K")
@@ -185,6 +191,12 @@ def main(argv=None) -> int:
         choices=tuple(bench.GPU_STATES),
         default="sustained",
         help="the GPU's state as each timing starts: " + "; ".join(f"{k}: {v}" for k, v in bench.GPU_STATES.items()),
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time every implementation this many times per shape, alternating the order; report the median",
     )
     p.set_defaults(func=cmd_bench)
 
