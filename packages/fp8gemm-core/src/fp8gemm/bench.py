@@ -150,7 +150,7 @@ def run(
     On a GPU each timing starts in `gpu_state` (GPU_STATES); CPU timings ignore it. With `rounds` > 1
     every implementation is timed that many times per shape, the order reversed each round, and its
     row keeps the median (``us``) and every round (``us_rounds``): one timing per implementation moved
-    single shapes by up to 9% between runs on one machine (bench/NOTES.md, "Interleaved rounds").
+    single shapes by up to 9% between runs (bench/NOTES.md, twenty-first session).
     """
     _check_gpu_state(gpu_state)
     if rounds < 1:
