@@ -31,6 +31,6 @@ for arg in "$@"; do
         echo "compute-sanitizer $tool $be: exit $? $(tail -1 "$OUT/san_${be}_$tool.txt")"
       done; done ;;
     bench)
-      timeout 400 fp8gemm bench --json "$OUT/bench.json" --plot "$OUT/bench.png" > "$OUT/bench.txt" 2>&1; tail -32 "$OUT/bench.txt" ;;
+      timeout 540 fp8gemm bench --rounds 3 --json "$OUT/bench.json" --plot "$OUT/bench.png" > "$OUT/bench.txt" 2>&1; tail -32 "$OUT/bench.txt" ;;
   esac
 done
