@@ -120,8 +120,24 @@ def test_bench_rounds_alternate_the_order_and_keep_the_median(capsys, tmp_path):
     assert "us" not in rows["broken"]
     with pytest.raises(ValueError, match="rounds must be at least 1"):
         bench.run([(16, 256, 512)], torch.device("cpu"), rounds=0)
-    js = tmp_path / "r.json"
-    assert main(["bench", "--device", "cpu", "--shapes", "16,256,512", "--rounds", "2", "--json", str(js)]) == 0
+    spread = bench._round_spread({(2, 4, 8): rows["ours"]}, [(2, 4, 8)], [rows["ours"]["tflops"]])
+    assert spread == [[pytest.approx(128 / 2e12 - 128 / 3e12)], [pytest.approx(128 / 1e12 - 128 / 2e12)]]  # whiskers
+    assert bench._round_spread({(2, 4, 8): rows["broken"]}, [(2, 4, 8)], [0.0]) is None
+    js, png = tmp_path / "r.json", tmp_path / "r.png"
+    argv = [
+        "bench",
+        "--device",
+        "cpu",
+        "--shapes",
+        "16,256,512",
+        "--rounds",
+        "2",
+        "--json",
+        str(js),
+        "--plot",
+        str(png),
+    ]
+    assert main(argv) == 0 and png.read_bytes()[:4] == b"\x89PNG"
     report = json.loads(js.read_text())
     assert report["environment"]["rounds"] == 2
     assert all(

@@ -280,6 +280,19 @@ def save_json(report: dict, path: Path) -> None:
     path.write_text(json.dumps(report, indent=1, default=str) + "\n")
 
 
+def _round_spread(rows: dict, shapes: list, heights: list) -> list[list[float]] | None:
+    """Whiskers from each bar (the median) down to its slowest round and up to its fastest; None without rounds."""
+    if not any("us_rounds" in r for r in rows.values()):
+        return None
+    low, high = [], []
+    for shape, height in zip(shapes, heights, strict=True):
+        us = rows.get(shape, {}).get("us_rounds")
+        flop = 2.0 * shape[0] * shape[1] * shape[2]
+        low.append(max(0.0, height - flop / max(us) / 1e6) if us else 0.0)  # max(): rounding at the median
+        high.append(max(0.0, flop / min(us) / 1e6 - height) if us else 0.0)
+    return [low, high]
+
+
 def plot(report: dict, path: Path) -> None:
     import matplotlib
 
@@ -291,13 +304,16 @@ def plot(report: dict, path: Path) -> None:
     width = 0.8 / len(impls)
     fig, ax = plt.subplots(figsize=(max(8, len(shapes) * 0.8), 5))
     for i, impl in enumerate(impls):
-        tf = {(r["m"], r["n"], r["k"]): r.get("tflops", 0.0) for r in report["results"] if r["impl"] == impl}
-        ax.bar([s + i * width for s in range(len(shapes))], [tf.get(s, 0.0) for s in shapes], width, label=impl)
+        rows = {(r["m"], r["n"], r["k"]): r for r in report["results"] if r["impl"] == impl}
+        heights = [rows[s].get("tflops", 0.0) if s in rows else 0.0 for s in shapes]
+        ax.bar([s + i * width for s in range(len(shapes))], heights, width, label=impl,
+               yerr=_round_spread(rows, shapes, heights), error_kw={"elinewidth": 0.6, "capsize": 1.5})  # fmt: skip
     ax.set_xticks([s + 0.4 - width / 2 for s in range(len(shapes))])
     ax.set_xticklabels([f"{m}x{n}x{k}" for m, n, k in shapes], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("TFLOP/s")
     env = report["environment"]
-    ax.set_title(f"FP8 block-scaled GEMM, {env['device']}, {env['date'][:10]}{state_suffix(env)}", fontsize=9)
+    rounds = f", median of {env['rounds']} rounds (whiskers: fastest to slowest)" if env.get("rounds", 1) > 1 else ""
+    ax.set_title(f"FP8 block-scaled GEMM, {env['device']}, {env['date'][:10]}{state_suffix(env)}{rounds}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
