@@ -186,7 +186,11 @@ def run(
 
 
 def _error_text(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+
+
+def _tflops(m: int, n: int, k: int, seconds: float) -> float:
+    return 2.0 * m * n * k / seconds / 1e12
 
 
 def _time_rounds(runners: dict, rows: dict, timer, rounds: int, progress) -> None:
@@ -205,7 +209,7 @@ def _time_rounds(runners: dict, rows: dict, timer, rounds: int, progress) -> Non
                 progress()
     for name, seconds in samples.items():
         row, median = rows[name], statistics.median(seconds)
-        row.update(us=median * 1e6, tflops=2.0 * row["m"] * row["n"] * row["k"] / median / 1e12)
+        row.update(us=median * 1e6, tflops=_tflops(row["m"], row["n"], row["k"], median))
         if rounds > 1:
             row["us_rounds"] = [t * 1e6 for t in seconds]
 
@@ -259,6 +263,12 @@ def state_suffix(environment: dict) -> str:
     return f", GPU {environment['gpu_state']}" if "gpu_state" in environment else ""
 
 
+def rounds_suffix(environment: dict) -> str:
+    """ " of N interleaved rounds" for a report timed in rounds (``run(rounds=N)``, N > 1); "" otherwise."""
+    rounds = environment.get("rounds", 1)
+    return f" of {rounds} interleaved rounds" if rounds > 1 else ""
+
+
 def geomean(values) -> float:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
@@ -287,9 +297,8 @@ def _round_spread(rows: dict, shapes: list, heights: list) -> list[list[float]] 
     low, high = [], []
     for shape, height in zip(shapes, heights, strict=True):
         us = rows.get(shape, {}).get("us_rounds")
-        flop = 2.0 * shape[0] * shape[1] * shape[2]
-        low.append(max(0.0, height - flop / max(us) / 1e6) if us else 0.0)  # max(): rounding at the median
-        high.append(max(0.0, flop / min(us) / 1e6 - height) if us else 0.0)
+        low.append(max(0.0, height - _tflops(*shape, max(us) * 1e-6)) if us else 0.0)  # max(): rounding at the median
+        high.append(max(0.0, _tflops(*shape, min(us) * 1e-6) - height) if us else 0.0)
     return [low, high]
 
 
@@ -312,7 +321,7 @@ def plot(report: dict, path: Path) -> None:
     ax.set_xticklabels([f"{m}x{n}x{k}" for m, n, k in shapes], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("TFLOP/s")
     env = report["environment"]
-    rounds = f", median of {env['rounds']} rounds (whiskers: fastest to slowest)" if env.get("rounds", 1) > 1 else ""
+    rounds = f", median{rounds_suffix(env)} (whiskers: fastest to slowest)" if rounds_suffix(env) else ""
     ax.set_title(f"FP8 block-scaled GEMM, {env['device']}, {env['date'][:10]}{state_suffix(env)}{rounds}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()

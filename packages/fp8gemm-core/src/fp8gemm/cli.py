@@ -132,14 +132,10 @@ def _tflops_cell(tflops: float) -> str:
     return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"  # CPU runs are far below 1 TFLOP/s
 
 
-def _rounds_text(env: dict) -> str:
-    return f" of {env['rounds']} interleaved rounds" if env.get("rounds", 1) > 1 else ""
-
-
 def _print_bench_table(report: dict) -> None:
     env = report["environment"]
     table = Table(
-        title=f"TFLOP/s (median{_rounds_text(env)}), {env['device']}, torch {env['torch']}, {env['date']}{bench.state_suffix(env)}"
+        title=f"TFLOP/s (median{bench.rounds_suffix(env)}), {env['device']}, torch {env['torch']}, {env['date']}{bench.state_suffix(env)}"
     )
     impls = list(dict.fromkeys(r["impl"] for r in report["results"]))
     table.add_column("M x N x K")
