@@ -44,7 +44,7 @@ def test_ships_machine_code_for_its_target_only(built):
     elves = subprocess.run(
         [require_tool("cuobjdump"), "-lelf", str(module)], capture_output=True, text=True, check=True
     ).stdout
-    assert re.findall(r"sm_\d+a?", elves) == [PACKAGES[package][0]], elves
+    assert set(re.findall(r"sm_\d+a?", elves)) == {PACKAGES[package][0]}, elves  # one cubin per translation unit
 
 
 def test_sass_has_the_fp8_tensor_core_path(built):

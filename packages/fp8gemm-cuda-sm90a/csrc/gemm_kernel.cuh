@@ -45,7 +45,7 @@ struct Params {
   int out_fp32;
   int kb_per_split, splits, m_blocks, n_blocks;
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks (L2 reuse)
-  int tx_bytes;  // bytes per stage, as the tensor maps' boxes give them (launch.cu: short_a)
+  int tx_bytes;  // bytes per stage, as the tensor maps' boxes give them (launch_tiles.cuh: short_a)
 };
 
 // B-scale segments: the B scales of up to kSegKb K blocks of a tile (two 128-row blocks of N), double
@@ -292,7 +292,7 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   // (sweeps "16_tenth_session"). It recomputes rows of the block before it, and stores them again
   // with identical values. The start is rounded up to 4 rows (at most 3 past M), since a TMA box
   // must start 16-byte aligned in its inner dimension, M for the A scales (an illegal instruction
-  // otherwise). A tile taller than M loads boxes of its M rows instead (launch.cu).
+  // otherwise). A tile taller than M loads boxes of its M rows instead (launch_tiles.cuh).
   tile.row0 = min(tile.m_block * kBlockM, round_up_to_4_rows(max(p.m - kBlockM, 0)));
   return tile;
 }
@@ -776,28 +776,6 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
   // Shared memory must outlive the last TMA store's reads.
   if (C::kTmaStore && !C::kStoreWarp && threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   if constexpr (kCluster > 1) cluster_sync();
-}
-
-// Split-K epilogue: out = sum over splits of the fp32 partials, 4 columns per thread.
-__global__ void reduce_splits(const float* __restrict__ partial, void* out, int m, int n, int64_t ldo, int splits,
-                              int out_fp32) {
-  const int64_t quads = int64_t(m) * n / 4;
-  for (int64_t q = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t idx = 4 * q;
-    float4 s = __ldg(reinterpret_cast<const float4*>(partial + idx));
-    for (int z = 1; z < splits; ++z) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(partial + int64_t(z) * m * n + idx));
-      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-    }
-    const int64_t row = idx / n, col = idx % n;
-    if (out_fp32) {
-      *reinterpret_cast<float4*>(static_cast<float*>(out) + row * ldo + col) = s;
-    } else {
-      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(out) + row * ldo + col);
-      dst[0] = __floats2bfloat162_rn(s.x, s.y);
-      dst[1] = __floats2bfloat162_rn(s.z, s.w);
-    }
-  }
 }
 
 }  // namespace fp8gemm_sm90a

@@ -42,7 +42,7 @@ struct Plan {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The tile shapes launch.cu instantiates.
+// The tile shapes launch.cu (and launch_128x96.cu) instantiate.
 inline bool tile_supported(int consumers, int block_n, int cluster) {
   if (cluster == 2) return (consumers == 2 || consumers == 4) && block_n == 128;
   if (cluster != 1) return false;
@@ -113,7 +113,7 @@ inline int64_t tiles_of(int64_t m, int64_t n, int consumers, int block_n, int cl
 // (sweeps "15_ninth_session"). A split candidate is therefore not modelled faster than streaming A,
 // B and the output once (3.0 TB/s: at 2.9 the model flips 65x8192x28672 from 2 x 192 in 3 splits to
 // 2 x 128 in 2, measured 12% slower then). Unsplit candidates are not floored: that lost 12% at
-// 65x8192x28672 and 5% at 128x28672x4096. Tiles taller than M load only its rows (launch.cu), so
+// 65x8192x28672 and 5% at 128x28672x4096. Tiles taller than M load only its rows (launch_tiles.cuh), so
 // their padding costs nothing beyond the compute. Against the rules before (the floor only for
 // 65-128 rows and streams of >= 20 us, a compute penalty for padded rows) this changes 55 shapes of
 // a grid of 360, 54 measured (sweeps "16_tenth_session"): 65-128 rows geomean 1.04x (128 x 64 tiles

@@ -1,25 +1,14 @@
-// Host side: tensor maps (TMA descriptors), the plan (heuristics.hpp), launches on the caller's stream.
-#include <cuda.h>
-#include <cuda_runtime.h>
-
+// Host side: the plan (heuristics.hpp) and its launch on the caller's stream (launch_tiles.cuh).
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 
-#include "gemm_kernel.cuh"
-#include "launch.hpp"
+#include "launch_tiles.cuh"
+#include "reduce_splits.cuh"
 
 namespace fp8gemm_sm90a {
 namespace {
-
-constexpr int kMaxDevices = 64;
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string("fp8gemm-cuda-sm90a: ") + what + ": " + cudaGetErrorString(err));
-}
 
 int current_device() {
   int dev = 0;
@@ -34,106 +23,9 @@ int sm_count(int dev) {
   return cached[dev];
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point: no link against libcuda.
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_fn() {
-  static EncodeTiled fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult status;
-    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status),
-          "cuTensorMapEncodeTiled lookup");
-    if (status != cudaDriverEntryPointSuccess || !ptr) throw std::runtime_error("fp8gemm-cuda-sm90a: driver lacks cuTensorMapEncodeTiled");
-    return reinterpret_cast<EncodeTiled>(ptr);
-  }();
-  return fn;
-}
-
-// 2-D map over a row-major [rows, cols] matrix with row stride `ld` elements; OOB reads give zeros.
-CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes, int64_t cols, int64_t rows, int64_t ld,
-                     uint32_t box_cols, uint32_t box_rows, CUtensorMapSwizzle swizzle) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld * elem_bytes)};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode_fn()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) throw std::runtime_error("fp8gemm-cuda-sm90a: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
-  return map;
-}
-
-template <int kConsumers, int kBlockN, int kCluster, int kSub = 1, bool kOneSet = false, bool kSplitK = false>
-void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaStream_t stream, int dev) {
-  const int grid = plan.grid;
-  using C = Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet, kSplitK>;
-  auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster, kSub, kOneSet, kSplitK>;
-  static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
-  std::call_once(configured[dev], [&] {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
-  });
-  const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  // Clustered tiles load half of the shared operand each (A along N, B along M) and multicast it.
-  constexpr int kRowsA = C::kAlongN ? C::kBlockM / kCluster : C::kBlockM;
-  constexpr int kRowsB = C::kAlongN ? kBlockN : kBlockN / kCluster;
-  // A tile taller than M (then the only M block) loads just the M real rows of A and their scales
-  // (rounded up to a 16-byte box): TMA fills rows past the end far slower than it loads real ones.
-  // The rest of the stage keeps stale bytes, which reach only accumulator rows past M, never stored.
-  // Multicast halves keep whole boxes.
-  const bool short_a = !C::kAlongN && a.m < C::kBlockM;
-  const int rows_a = short_a ? static_cast<int>(a.m) : kRowsA;
-  const int scales_a = short_a ? round_up_to_4_rows(rows_a) : C::kBlockM;
-  const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, rows_a, CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kRowsB,
-                                     CU_TENSOR_MAP_SWIZZLE_128B);
-  // A scales, MN-major: row kb holds the scales of every M row for that K block.
-  const CUtensorMap map_s = make_map(reinterpret_cast<void*>(a.a_scale), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.m,
-                                     a.k / kBlockK, a.a_scale_ld, scales_a, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
-  // Every CTA's stage receives all of A (multicast: both halves), B and the scales; TMA counts
-  // bytes it fills past the end of a box too.
-  p.tx_bytes = (short_a ? rows_a * kBlockK : C::kABytes) + C::kBBytes + scales_a * 4;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(C::kThreads);
-  config.dynamicSmemBytes = C::kSmemBytes;
-  config.stream = stream;
-  // 2-CTA clusters: multicast pairs (kCluster = 2) or the plan's placement pairs of 1-CTA tiles.
-  // Persistent: no more clusters than can be resident at once (asked once per device). A GPU without
-  // room for 2-CTA clusters runs placement pairs unpaired.
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  if (kCluster > 1 || plan.placement_pairs) {
-    cluster.val.clusterDim.x = 2;
-    static std::once_flag asked[kMaxDevices];
-    static int resident[kMaxDevices];
-    std::call_once(asked[dev], [&] {
-      config.gridDim = dim3(2);
-      check(cudaOccupancyMaxActiveClusters(&resident[dev], kernel, &config), "cluster occupancy");
-      if (std::getenv("FP8GEMM_DEBUG")) std::fprintf(stderr, "fp8gemm-cuda-sm90a: %d resident 2-CTA clusters\n", resident[dev]);
-    });
-    if (!resident[dev] && kCluster > 1) throw std::runtime_error("fp8gemm-cuda-sm90a: no 2-CTA cluster fits on this GPU");
-    if (resident[dev]) config.gridDim = dim3(std::min(grid / 2, resident[dev]) * 2);  // the plan's grid is even
-    else cluster.val.clusterDim.x = 1, config.gridDim = dim3(grid);
-  }
-  // bf16 output: TMA stores of 64-column boxes over a consumer warpgroup's rows, 128-byte swizzled
-  // (32-wide tiles: 64 x 32 boxes, 64-byte swizzled). Unused for fp32 out, split-K and 16-wide
-  // tiles, but a map over the real output is always valid to encode.
-  const CUtensorMap map_out = make_map(reinterpret_cast<void*>(a.out), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.n, a.m,
-                                       a.out_kind == fp8gemm::kOutFP32 ? 2 * a.ldo : a.ldo,
-                                       C::kWideStore ? 64 : 32, C::kWideStore ? 64 * kSub : 64,
-                                       C::kWideStore ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
-  check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
-}
-
-// One instantiation per tile_supported() shape, 128 x 128 on the one-set loop, and 64 x 16 and 64 x 32
-// with the K blocks split over two warpgroups. The plan counts
-// 64-row slices: 4 runs as two consumer warpgroups of two slices each (256-row tiles).
+// One instantiation per tile_supported() shape (128 x 96 in launch_128x96.cu, for its ptxas option),
+// 128 x 128 on the one-set loop, and 64 x 16 and 64 x 32 with the K blocks split over two warpgroups.
+// The plan counts 64-row slices: 4 runs as two consumer warpgroups of two slices each (256-row tiles).
 void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params& p, cudaStream_t stream, int dev) {
   const int key = plan.consumers * 10000 + plan.block_n * 10 + plan.cluster;
   if (plan.one_set_loop) {
@@ -154,7 +46,7 @@ void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params
     case 10961: return launch_tiles<1, 96, 1>(args, p, plan, stream, dev);
     case 11281: return launch_tiles<1, 128, 1>(args, p, plan, stream, dev);
     case 20641: return launch_tiles<2, 64, 1>(args, p, plan, stream, dev);
-    case 20961: return launch_tiles<2, 96, 1>(args, p, plan, stream, dev);
+    case 20961: return launch_tiles_128x96(args, p, plan, stream, dev);
     case 21281: return launch_tiles<2, 128, 1>(args, p, plan, stream, dev);
     case 21282: return launch_tiles<2, 128, 2>(args, p, plan, stream, dev);
     case 21601: return launch_tiles<2, 160, 1>(args, p, plan, stream, dev);

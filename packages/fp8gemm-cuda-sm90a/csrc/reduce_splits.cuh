@@ -1,0 +1,33 @@
+// Split-K epilogue kernel, launched by launch.cu after a split plan's GEMM kernel. A header of its own:
+// gemm_kernel.cuh is included by more than one translation unit (launch_tiles.cuh), this kernel by one.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace fp8gemm_sm90a {
+
+// Split-K epilogue: out = sum over splits of the fp32 partials, 4 columns per thread.
+__global__ void reduce_splits(const float* __restrict__ partial, void* out, int m, int n, int64_t ldo, int splits,
+                              int out_fp32) {
+  const int64_t quads = int64_t(m) * n / 4;
+  for (int64_t q = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t idx = 4 * q;
+    float4 s = __ldg(reinterpret_cast<const float4*>(partial + idx));
+    for (int z = 1; z < splits; ++z) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(partial + int64_t(z) * m * n + idx));
+      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    }
+    const int64_t row = idx / n, col = idx % n;
+    if (out_fp32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(out) + row * ldo + col) = s;
+    } else {
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(out) + row * ldo + col);
+      dst[0] = __floats2bfloat162_rn(s.x, s.y);
+      dst[1] = __floats2bfloat162_rn(s.z, s.w);
+    }
+  }
+}
+
+}  // namespace fp8gemm_sm90a
