@@ -18,7 +18,12 @@ namespace fp8gemm_sm90a {
 
 constexpr int kMaxDevices = 64;
 
-inline void check(cudaError_t err, const char* what) {
+// Internal linkage: each translation unit keeps its own copies, and their function-local statics
+// (the once-per-device shared-memory opt-in) stay private to this module even when another build of
+// it is loaded into the same process (an inline function's statics would be process-wide unique).
+namespace {
+
+void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) throw std::runtime_error(std::string("fp8gemm-cuda-sm90a: ") + what + ": " + cudaGetErrorString(err));
 }
 
@@ -27,7 +32,7 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-inline EncodeTiled encode_fn() {
+EncodeTiled encode_fn() {
   static EncodeTiled fn = [] {
     void* ptr = nullptr;
     cudaDriverEntryPointQueryResult status;
@@ -40,7 +45,7 @@ inline EncodeTiled encode_fn() {
 }
 
 // 2-D map over a row-major [rows, cols] matrix with row stride `ld` elements; OOB reads give zeros.
-inline CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes, int64_t cols, int64_t rows, int64_t ld,
+CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes, int64_t cols, int64_t rows, int64_t ld,
                      uint32_t box_cols, uint32_t box_rows, CUtensorMapSwizzle swizzle) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
@@ -118,6 +123,8 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
                                        C::kWideStore ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
   check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
 }
+
+}  // namespace
 
 // Tiles compiled in a translation unit of their own (launch_128x96.cu).
 void launch_tiles_128x96(const fp8gemm::LaunchArgs& a, const Params& p, const Plan& plan, cudaStream_t stream, int dev);
