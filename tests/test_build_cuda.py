@@ -47,6 +47,17 @@ def test_ships_machine_code_for_its_target_only(built):
     assert set(re.findall(r"sm_\d+a?", elves)) == {PACKAGES[package][0]}, elves  # one cubin per translation unit
 
 
+def test_module_keeps_its_state_to_itself(built):
+    """No GNU_UNIQUE dynamic symbols: the statics of inline and template functions with external linkage are
+    unified across every library loaded into the process, so a second build of the module (an A/B harness, two
+    environments' packages) would share the once-per-device shared-memory opt-in and launch without it."""
+    package, module = built
+    syms = subprocess.run(
+        [require_tool("readelf"), "--dyn-syms", "-W", str(module)], capture_output=True, text=True, check=True
+    ).stdout
+    assert " UNIQUE " not in syms, [line for line in syms.splitlines() if " UNIQUE " in line][:5]
+
+
 def test_sass_has_the_fp8_tensor_core_path(built):
     package, module = built
     ops = sass_opcodes(require_tool("cuobjdump"), module)
