@@ -1,0 +1,97 @@
+"""In-process A/B of sm90a builds: every build's module loaded into one process under its own package alias.
+
+python3 ci/gpu/inprocess_ab.py ROUNDS NAME=DIR ... [DeepGEMM=-] -- M,N,K ...
+
+Each DIR holds an installed copy of fp8gemm_cuda_sm90a (`pip install --target DIR packages/fp8gemm-cuda-sm90a`,
+or a modified copy of the package). Per shape all variants run on the same tensors (the same addresses), each
+timed with fp8gemm.bench.time_gpu (do_bench median, L2 flushed) once per round, the order reversed every round;
+the medians and their ratios to the first variant are printed and every round goes to $OUT/inprocess_ab.json.
+`DeepGEMM=-` adds the installed deep_gemm (fp8gemm.peers) as a column.
+
+Why: timed in separate processes, two identical builds differed by 0.975-1.041 per shape even as medians of ten
+rounds (bench/NOTES.md, twenty-first session); in one process they agree to ~0.5% on shapes of 20 us and more
+(2-5% on ~12 us decode shapes). The FP8GEMM_SM90A_* knobs are read once per module, so they apply to every variant:
+compare knobs across processes (ci/gpu/tune.py time) or build them in.
+"""
+
+import importlib
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+
+import fp8gemm
+import torch
+from fp8gemm import ops
+from fp8gemm.bench import time_gpu
+from fp8gemm.reference import reference_gemm
+from fp8gemm.validation import conform_scale
+
+DEEPGEMM = "DeepGEMM"
+
+
+def load_build(alias: str, root: str):
+    """The Backend of the fp8gemm_cuda_sm90a copy under `root`, imported as package `alias`."""
+    pkg = os.path.join(root, "fp8gemm_cuda_sm90a")
+    spec = importlib.util.spec_from_file_location(
+        alias, os.path.join(pkg, "__init__.py"), submodule_search_locations=[pkg]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module(alias + ".backend").load()
+
+
+def shape_calls(backends: dict, with_deepgemm: bool, m: int, n: int, k: int):
+    """Per variant a zero-argument call on one set of inputs, and its relative error against the reference."""
+    a, a_scale = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda"))
+    b, b_scale = fp8gemm.quantize_weight(torch.randn(n, k, device="cuda"))
+    ref = reference_gemm(a, b, a_scale, b_scale, torch.empty(m, n, dtype=torch.float32, device="cuda"))
+    # The scales in the builds' layouts once, outside the timed calls (else each call launches a transpose).
+    layouts = next(iter(backends.values()))
+    a_scale, _ = conform_scale(a_scale, layouts.a_scale_layout)
+    b_scale, _ = conform_scale(b_scale, layouts.b_scale_layout)
+    calls, errors = {}, {}
+    for name, backend in backends.items():
+        out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        calls[name] = lambda backend=backend, out=out: ops._launch(backend, a, b, a_scale, b_scale, out)
+        calls[name]()
+        errors[name] = float((out.float() - ref).norm() / ref.norm())
+    if with_deepgemm:
+        from fp8gemm.peers import available_peers
+
+        calls[DEEPGEMM] = available_peers(torch.device("cuda"))[DEEPGEMM](a, b, a_scale, b_scale, torch.bfloat16)
+        errors[DEEPGEMM] = float((calls[DEEPGEMM]().float() - ref).norm() / ref.norm())
+    torch.cuda.synchronize()
+    return calls, errors
+
+
+def main(argv: list[str]) -> None:
+    rounds, argv = int(argv[0]), argv[1:]
+    sep = argv.index("--")
+    variants = dict(v.split("=", 1) for v in argv[:sep])
+    shapes = [tuple(map(int, s.split(","))) for s in argv[sep + 1 :]]
+    backends = {name: load_build(f"ab_{name}", root) for name, root in variants.items() if name != DEEPGEMM}
+    names = list(variants)
+    results, start = {}, time.time()
+    out_path = os.path.join(os.environ.get("OUT", "."), "inprocess_ab.json")
+    print(f"{'M,N,K':16s}" + "".join(name.rjust(20) for name in names), flush=True)
+    for m, n, k in shapes:
+        calls, errors = shape_calls(backends, DEEPGEMM in variants, m, n, k)
+        key = f"{m},{n},{k}"
+        results[key] = {name: [] for name in names}
+        time_gpu(calls[names[0]], "sustained")
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                results[key][name].append(time_gpu(calls[name]) * 1e6)
+        med = {name: statistics.median(us) for name, us in results[key].items()}
+        cells = "".join(f"{med[name]:8.2f} ({med[names[0]] / med[name]:.3f})".rjust(20) for name in names)
+        print(f"{key:16s}{cells}  err<={max(errors.values()):.1e}  [{time.time() - start:.0f} s]", flush=True)
+        with open(out_path, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
