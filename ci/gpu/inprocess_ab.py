@@ -4,7 +4,7 @@ python3 ci/gpu/inprocess_ab.py ROUNDS NAME=DIR ... [DeepGEMM=-] -- M,N,K ...
 
 Each DIR holds an installed copy of fp8gemm_cuda_sm90a (`pip install --target DIR packages/fp8gemm-cuda-sm90a`,
 or a modified copy of the package). Per shape all variants run on the same tensors (the same addresses), each
-timed with fp8gemm.bench.time_gpu (do_bench median, L2 flushed) once per round, the order reversed every round;
+timed as `fp8gemm bench --rounds` times (do_bench median, L2 flushed, the order reversed every round);
 the medians and their ratios to the first variant are printed and every round goes to $OUT/inprocess_ab.json.
 `DeepGEMM=-` adds the installed deep_gemm (fp8gemm.peers) as a column.
 
@@ -18,15 +18,14 @@ import importlib
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import time
 
 import fp8gemm
 import torch
-from fp8gemm import ops
-from fp8gemm.bench import time_gpu
-from fp8gemm.reference import reference_gemm
+from fp8gemm import bench, ops
+from fp8gemm.conformance import relative_error
+from fp8gemm.reference import oracle
 from fp8gemm.validation import conform_scale
 
 DEEPGEMM = "DeepGEMM"
@@ -48,7 +47,7 @@ def shape_calls(backends: dict, with_deepgemm: bool, m: int, n: int, k: int):
     """Per variant a zero-argument call on one set of inputs, and its relative error against the reference."""
     a, a_scale = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda"))
     b, b_scale = fp8gemm.quantize_weight(torch.randn(n, k, device="cuda"))
-    ref = reference_gemm(a, b, a_scale, b_scale, torch.empty(m, n, dtype=torch.float32, device="cuda"))
+    ref = oracle(a, b, a_scale, b_scale)
     # The scales in the builds' layouts once, outside the timed calls (else each call launches a transpose).
     layouts = next(iter(backends.values()))
     a_scale, _ = conform_scale(a_scale, layouts.a_scale_layout)
@@ -58,12 +57,12 @@ def shape_calls(backends: dict, with_deepgemm: bool, m: int, n: int, k: int):
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         calls[name] = lambda backend=backend, out=out: ops._launch(backend, a, b, a_scale, b_scale, out)
         calls[name]()
-        errors[name] = float((out.float() - ref).norm() / ref.norm())
+        errors[name] = relative_error(out, ref)
     if with_deepgemm:
         from fp8gemm.peers import available_peers
 
         calls[DEEPGEMM] = available_peers(torch.device("cuda"))[DEEPGEMM](a, b, a_scale, b_scale, torch.bfloat16)
-        errors[DEEPGEMM] = float((calls[DEEPGEMM]().float() - ref).norm() / ref.norm())
+        errors[DEEPGEMM] = relative_error(calls[DEEPGEMM](), ref)
     torch.cuda.synchronize()
     return calls, errors
 
@@ -80,15 +79,19 @@ def main(argv: list[str]) -> None:
     print(f"{'M,N,K':16s}" + "".join(name.rjust(20) for name in names), flush=True)
     for m, n, k in shapes:
         calls, errors = shape_calls(backends, DEEPGEMM in variants, m, n, k)
-        key = f"{m},{n},{k}"
-        results[key] = {name: [] for name in names}
-        time_gpu(calls[names[0]], "sustained")
-        for r in range(rounds):
-            for name in names if r % 2 == 0 else names[::-1]:
-                results[key][name].append(time_gpu(calls[name]) * 1e6)
-        med = {name: statistics.median(us) for name, us in results[key].items()}
+        bench.time_gpu(calls[names[0]], "sustained")
+        rows = {name: {"impl": name, "m": m, "n": n, "k": k} for name in names}
+        bench._time_rounds(calls, rows, bench.time_gpu, rounds, None)  # the bench's alternating rounds
+        failed = {name: row["error"] for name, row in rows.items() if "error" in row}
+        if failed:
+            raise SystemExit(f"{m},{n},{k}: {failed}")
+        med = {name: row["us"] for name, row in rows.items()}
+        results[f"{m},{n},{k}"] = {name: row.get("us_rounds", [row["us"]]) for name, row in rows.items()}
         cells = "".join(f"{med[name]:8.2f} ({med[names[0]] / med[name]:.3f})".rjust(20) for name in names)
-        print(f"{key:16s}{cells}  err<={max(errors.values()):.1e}  [{time.time() - start:.0f} s]", flush=True)
+        print(
+            f"{m},{n},{k}".ljust(16) + f"{cells}  err<={max(errors.values()):.1e}  [{time.time() - start:.0f} s]",
+            flush=True,
+        )
         with open(out_path, "w") as f:
             json.dump(results, f, indent=1)
 
