@@ -54,6 +54,16 @@ def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None) 
     return wheel
 
 
+def exported_symbols(readelf: str, library: Path) -> set[str]:
+    """The names a shared library defines for other objects: its dynamic symbols that are neither local nor undefined."""
+    syms = subprocess.run(
+        [readelf, "--dyn-syms", "-W", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    rows = [line.split() for line in syms.splitlines()]
+    # Num: Value Size Type Bind Vis Ndx Name
+    return {r[7] for r in rows if len(r) >= 8 and r[0][:-1].isdigit() and r[4] != "LOCAL" and r[6] != "UND"}
+
+
 def extract_module(wheel: Path, out_dir: Path, pattern: str = r"_C\..*\.so$") -> Path:
     with zipfile.ZipFile(wheel) as zf:
         (name,) = [n for n in zf.namelist() if re.search(pattern, n)]

@@ -17,7 +17,7 @@ import torch
 from fp8gemm import registry
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from isa import ROOT, build_wheel, needed_libraries, require_tool
+from isa import ROOT, build_wheel, exported_symbols, needed_libraries, require_tool
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +83,13 @@ def test_host_extension_links_hip_not_torch(gfx942_dir):
     needed = needed_libraries(so)
     assert any(lib.startswith("libamdhip64.so") for lib in needed), needed
     assert not any("torch" in lib or "c10" in lib for lib in needed), needed
+
+
+def test_host_extension_exports_only_its_init(gfx942_dir):
+    """As the CUDA modules (tests/test_build_cuda.py): default-visibility template statics would be shared with any
+    other build of the module loaded into the same process."""
+    (so,) = (gfx942_dir / "fp8gemm_rocm_gfx942").glob("_C*.so")
+    assert exported_symbols(require_tool("readelf"), so) == {"PyInit__C"}
 
 
 @settings(max_examples=300, deadline=None)
