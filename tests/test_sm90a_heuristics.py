@@ -68,7 +68,7 @@ def check_plan(p, m, n, k, sms):
         assert p["cluster"] == 1 and p["m_blocks"] >= 2 and p["grid"] % 2 == 0
     if p["one_set"]:  # the only one-set instantiation of a two-set tile (launch.cu)
         assert (p["consumers"], p["block_n"], p["cluster"]) == (2, 128, 1) and p["kb_per_split"] >= 24
-    if p["wg_split"]:  # the warpgroup-split instantiations (launch.cu)
+    if p["wg_split"]:  # the warpgroup-split instantiations (launch_64xn_split.cu)
         assert (p["consumers"], p["cluster"]) == (1, 1) and p["block_n"] in (16, 32) and p["kb_per_split"] >= 48
 
 

@@ -42,7 +42,7 @@ struct Plan {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The tile shapes launch.cu (and launch_128x96.cu) instantiate.
+// The tile shapes launch.cu (with launch_128x96.cu and launch_64xn_split.cu) instantiates.
 inline bool tile_supported(int consumers, int block_n, int cluster) {
   if (cluster == 2) return (consumers == 2 || consumers == 4) && block_n == 128;
   if (cluster != 1) return false;

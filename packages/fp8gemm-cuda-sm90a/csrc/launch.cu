@@ -23,8 +23,9 @@ int sm_count(int dev) {
   return cached[dev];
 }
 
-// One instantiation per tile_supported() shape (128 x 96 in launch_128x96.cu, for its ptxas option),
-// 128 x 128 on the one-set loop, and 64 x 16 and 64 x 32 with the K blocks split over two warpgroups.
+// One instantiation per tile_supported() shape, 128 x 128 on the one-set loop, and 64 x 16 and 64 x 32 with
+// the K blocks split over two warpgroups. The 128 x 96 and the split tiles are compiled in translation units
+// of their own (launch_128x96.cu, launch_64xn_split.cu) for a ptxas option.
 // The plan counts 64-row slices: 4 runs as two consumer warpgroups of two slices each (256-row tiles).
 void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params& p, cudaStream_t stream, int dev) {
   const int key = plan.consumers * 10000 + plan.block_n * 10 + plan.cluster;
@@ -34,8 +35,8 @@ void launch_plan(const Plan& plan, const fp8gemm::LaunchArgs& args, const Params
   }
   if (plan.split_k_warpgroups) {
     switch (key) {
-      case 10161: return launch_tiles<1, 16, 1, 1, false, true>(args, p, plan, stream, dev);
-      case 10321: return launch_tiles<1, 32, 1, 1, false, true>(args, p, plan, stream, dev);
+      case 10161: return launch_tiles_64x16_wg_split(args, p, plan, stream, dev);
+      case 10321: return launch_tiles_64x32_wg_split(args, p, plan, stream, dev);
       default: throw std::logic_error("fp8gemm-cuda-sm90a: the warpgroup K split is compiled for 64 x 16 and 64 x 32 tiles");
     }
   }

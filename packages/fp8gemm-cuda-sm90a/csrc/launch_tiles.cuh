@@ -126,7 +126,11 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
 
 }  // namespace
 
-// Tiles compiled in a translation unit of their own (launch_128x96.cu).
+// Tiles compiled in translation units of their own, for ptxas --register-usage-level=10 (CMakeLists.txt).
 void launch_tiles_128x96(const fp8gemm::LaunchArgs& a, const Params& p, const Plan& plan, cudaStream_t stream, int dev);
+void launch_tiles_64x16_wg_split(const fp8gemm::LaunchArgs& a, const Params& p, const Plan& plan, cudaStream_t stream,
+                                 int dev);
+void launch_tiles_64x32_wg_split(const fp8gemm::LaunchArgs& a, const Params& p, const Plan& plan, cudaStream_t stream,
+                                 int dev);
 
 }  // namespace fp8gemm_sm90a
