@@ -214,14 +214,16 @@ def _time_rounds(runners: dict, rows: dict, timer, rounds: int, progress) -> Non
             row["us_rounds"] = [t * 1e6 for t in seconds]
 
 
-def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) -> dict:
+def host_overhead(device: torch.device, backend: str | None, calls: int = 3000, repeats: int = 7) -> dict:
     """Wall time of one ``fp8gemm.gemm`` call from Python on a tiny shape, minus the GPU's time for it.
 
     When the host is the bottleneck, back-to-back calls run at host speed, so the difference is the
     host's cost per call (validation, dispatch, launch) that a small decode GEMM cannot hide. Timed
     as ``timeit`` times: garbage collection off in the loop, because a collection's pause (tens of
     milliseconds in a process holding torch, triton and the peers) lands on whichever call happens to
-    trigger it; the figure with collection on is reported beside it.
+    trigger it; the figure with collection on is reported beside it. The median of ``repeats`` loops of
+    ``calls`` calls, alternating collection off and on: on the H200 machines one loop's figure moved from 5 to
+    13 us between back-to-back processes with the same build (bench/NOTES.md, twenty-third session).
     """
     a, a_scale = quantize_activation(
         torch.randn(16, 256, device=device), fp8_dtype=preferred_fp8_dtype(device, backend)
@@ -252,9 +254,15 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000) 
                 gc.enable()
 
     kernel = time_gpu(call)
-    wall, wall_gc = wall_per_call(collect=False), wall_per_call(collect=True)
+    walls, walls_gc = [], []
+    for _ in range(repeats):
+        walls.append(wall_per_call(collect=False))
+        walls_gc.append(wall_per_call(collect=True))
+    wall, wall_gc = statistics.median(walls), statistics.median(walls_gc)
     return {"shape": [16, 128, 256], "wall_us_per_call": wall * 1e6, "gpu_us_per_call": kernel * 1e6,
             "host_overhead_us": max(0.0, wall - kernel) * 1e6,
+            "host_overhead_us_range": [max(0.0, min(walls) - kernel) * 1e6, max(0.0, max(walls) - kernel) * 1e6],
+            "loops": repeats, "calls_per_loop": calls,
             "wall_us_per_call_gc_on": wall_gc * 1e6, "host_overhead_us_gc_on": max(0.0, wall_gc - kernel) * 1e6}  # fmt: skip
 
 

@@ -154,8 +154,10 @@ def _print_bench_table(report: dict) -> None:
         console.print(f"geomean speedup of fp8gemm over {peer}: {s:.2f}x")
     if "host_overhead" in report:
         h = report["host_overhead"]
+        spread = h.get("host_overhead_us_range")
+        loops = f", median of {h['loops']} loops: {spread[0]:.1f}-{spread[1]:.1f}" if spread else ""
         console.print(f"host overhead per fp8gemm.gemm call: {h['host_overhead_us']:.1f} us "
-                      f"(wall {h['wall_us_per_call']:.1f} us/call, GPU {h['gpu_us_per_call']:.1f} us/call; "
+                      f"(wall {h['wall_us_per_call']:.1f} us/call, GPU {h['gpu_us_per_call']:.1f} us/call{loops}; "
                       f"with garbage collection on {h.get('host_overhead_us_gc_on', float('nan')):.1f} us)")  # fmt: skip
 
 
