@@ -1,8 +1,8 @@
 // The 64 x 16 and 64 x 32 tiles whose K blocks are split over two consumer warpgroups (the decode plans),
 // in a translation unit of their own for one ptxas option (CMakeLists.txt): DeepGEMM's
-// --register-usage-level=10. In two in-process A/B runs against the default (ci/gpu/inprocess_ab.py; 14 and
-// 16 rounds, bench/NOTES.md, twenty-second and twenty-third sessions) it measured 1.02x geomean over eight
-// M <= 128 shapes, faster in 10-15 of 16 rounds per shape (64x4096x7168 1.045, 128x2112x7168 1.053).
+// --register-usage-level=10. Measured in three in-process A/B runs against the default (ci/gpu/inprocess_ab.py;
+// bench/NOTES.md, twenty-second and twenty-third sessions): 1.02x geomean over eight M <= 128 shapes in the
+// longest (16 rounds, faster in 10-15 of them on every shape), 128x2112x7168 1.05x in both later runs.
 #include "launch_tiles.cuh"
 
 namespace fp8gemm_sm90a {
