@@ -146,6 +146,28 @@ def test_bench_rounds_alternate_the_order_and_keep_the_median(capsys, tmp_path):
     assert "median of 2 interleaved rounds" in capsys.readouterr().out
 
 
+def test_host_overhead_is_the_median_of_its_loops(monkeypatch):
+    """One loop's figure follows the host's state (5-13 us on one H200 machine), so the bench reports the median
+    of several loops, collection off and on alternating, with the off-loops' range."""
+    from fp8gemm import bench
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)  # CPU-only test machine
+    monkeypatch.setattr(bench, "time_gpu", lambda fn: 5e-6)
+    monkeypatch.setattr(bench, "gemm", lambda *a, **k: None)
+    per_call = iter([10e-6, 20e-6, 30e-6, 20e-6, 12e-6, 21e-6])  # loops: off, on, off, on, off, on
+    clock = []
+
+    def perf_counter():  # start and end of each loop: 10 calls at the loop's scripted time per call
+        clock.append(clock[-1] + 10 * next(per_call) if len(clock) % 2 else 0.0)
+        return clock[-1]
+
+    monkeypatch.setattr(bench.time, "perf_counter", perf_counter)
+    h = bench.host_overhead(torch.device("cpu"), None, calls=10, repeats=3)
+    assert h["wall_us_per_call"] == pytest.approx(12.0) and h["host_overhead_us"] == pytest.approx(7.0)
+    assert h["host_overhead_us_range"] == [pytest.approx(5.0), pytest.approx(25.0)]
+    assert h["host_overhead_us_gc_on"] == pytest.approx(15.0) and (h["loops"], h["calls_per_loop"]) == (3, 10)
+
+
 def test_bench_settles_the_gpu_before_each_timing(monkeypatch):
     from fp8gemm import bench
 
