@@ -18,9 +18,10 @@ namespace fp8gemm_sm90a {
 
 constexpr int kMaxDevices = 64;
 
-// Internal linkage: each translation unit keeps its own copies, and their function-local statics
-// (the once-per-device shared-memory opt-in) stay private to this module even when another build of
-// it is loaded into the same process (an inline function's statics would be process-wide unique).
+// Internal linkage: the helpers of a header that several translation units include, each TU with its own
+// copies of their function-local statics (the once-per-device shared-memory opt-in). Another build of the
+// module loaded into the same process cannot share them either way: the module exports PyInit__C only
+// (CMakeLists.txt).
 namespace {
 
 void check(cudaError_t err, const char* what) {

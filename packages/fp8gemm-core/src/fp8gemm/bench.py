@@ -259,11 +259,14 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000, 
         walls.append(wall_per_call(collect=False))
         walls_gc.append(wall_per_call(collect=True))
     wall, wall_gc = statistics.median(walls), statistics.median(walls_gc)
+
+    def overhead_us(wall_per_call_s: float) -> float:
+        return max(0.0, wall_per_call_s - kernel) * 1e6
+
     return {"shape": [16, 128, 256], "wall_us_per_call": wall * 1e6, "gpu_us_per_call": kernel * 1e6,
-            "host_overhead_us": max(0.0, wall - kernel) * 1e6,
-            "host_overhead_us_range": [max(0.0, min(walls) - kernel) * 1e6, max(0.0, max(walls) - kernel) * 1e6],
+            "host_overhead_us": overhead_us(wall), "host_overhead_us_range": [overhead_us(min(walls)), overhead_us(max(walls))],
             "loops": repeats, "calls_per_loop": calls,
-            "wall_us_per_call_gc_on": wall_gc * 1e6, "host_overhead_us_gc_on": max(0.0, wall_gc - kernel) * 1e6}  # fmt: skip
+            "wall_us_per_call_gc_on": wall_gc * 1e6, "host_overhead_us_gc_on": overhead_us(wall_gc)}  # fmt: skip
 
 
 def state_suffix(environment: dict) -> str:
