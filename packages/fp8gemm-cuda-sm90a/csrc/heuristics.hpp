@@ -199,13 +199,17 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
     p.group_m = kGroupMNarrowWave;
   if (tuning.group_m) p.group_m = tuning.group_m;
   // Placement pairs: 1-CTA tiles launched in 2-CTA clusters, with no multicast and no cross-CTA
-  // barrier. A cluster's two CTAs run side by side on one GPC, and in the tile order above two
+  // barrier. A cluster's two CTAs run on the two SMs of one TPC, and in the tile order above two
   // consecutive tiles are adjacent M blocks of one N block, so they read the same B block at the same
   // time and those reads merge on the way to the L2 (bench/NOTES.md: the L2 request coalescer).
   // Measured against unpaired launches (sweeps "19_thirteenth_session" run_f, H100): 1.03x geomean
   // over 31 shapes, up to 1.16x (768x2048x7168, 128x4096x7168), 1.12x at 96x4096x7168; level with one
   // M block (nothing shared but the small A block; 128x32768x512 0.96), so those stay unpaired. An odd
-  // grid gains a CTA that finds no tile, unless that would exceed the SMs.
+  // grid gains a CTA that finds no tile, unless that would exceed the SMs. What the pairs win back is
+  // the TPC: unpaired launches carry a cluster attribute of 1 (launch_tiles.cuh), which places
+  // neighbouring CTAs on different TPCs; a plain launch puts CTAs 2i and 2i + 1 on one TPC by itself and
+  // measured level with the pairs (sweeps "30_twenty_fourth_session" run_g;
+  // bench/results/sm90a_cta_placement_h200_2026-11-24.txt).
   p.placement_pairs = p.cluster == 1 && p.m_blocks >= 2 && p.grid >= 2 && p.grid + p.grid % 2 <= sm_count &&
                       !tuning.no_pairs;
   if (p.placement_pairs) p.grid += p.grid % 2;

@@ -96,7 +96,10 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
   config.stream = stream;
   // 2-CTA clusters: multicast pairs (kCluster = 2) or the plan's placement pairs of 1-CTA tiles.
   // Persistent: no more clusters than can be resident at once (asked once per device). A GPU without
-  // room for 2-CTA clusters runs placement pairs unpaired.
+  // room for 2-CTA clusters runs placement pairs unpaired. Unpaired launches keep the attribute at 1, which
+  // is not a plain launch: it places neighbouring CTAs on different TPCs (plain: CTAs 2i and 2i + 1 on one;
+  // bench/results/sm90a_cta_placement_h200_2026-11-24.txt). The unpaired decode plans were tuned this way; a
+  // plain launch measured 0.95-1.04x there (sweeps "30_twenty_fourth_session" run_f, run_g).
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
