@@ -156,6 +156,24 @@ def test_sm90a_wgmma_is_not_serialized(built):
     assert all(qgmma >= 4 * waits for qgmma, waits in counts.values()), counts
 
 
+def test_sm90a_two_set_tiles_prefetch_their_first_b_scales(built):
+    """gemm_kernel.cuh: in the two-set kernels (up to 128 columns, 64-row slices, not the one-set loop) the TMA thread
+    sends each tile's first B-scale line to L2 (`prefetch.global.L2`: CCTL.E.PF2) before the consumers load it; the
+    one-set kernels take their B scales from the B-scale warp's segments and have none."""
+    package, module = built
+    if package != "fp8gemm-cuda-sm90a":
+        pytest.skip("sm90a kernels only")
+    prefetches = {}
+    for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
+        m = re.search(r"gemm_kernelILi(\d)ELi(\d+)ELi(\d)ELi(\d)ELb([01])E", name)
+        if m:
+            consumers, block_n, _, slices, one_set = map(int, m.groups())
+            two_set = consumers <= 2 and block_n <= 128 and slices == 1 and not one_set
+            prefetches[name] = (two_set, ops["CCTL.E.PF2"])
+    assert sum(two_set for two_set, _ in prefetches.values()) == 11, prefetches
+    assert all((count > 0) == two_set for two_set, count in prefetches.values()), prefetches
+
+
 def test_no_register_spills(built):
     package, module = built
     out = subprocess.run(

@@ -5,19 +5,25 @@ python3 ci/gpu/inprocess_ab.py ROUNDS NAME=DIR ... [DeepGEMM=-] -- M,N,K ...
 Each DIR holds an installed copy of fp8gemm_cuda_sm90a (`pip install --target DIR packages/fp8gemm-cuda-sm90a`,
 or a modified copy of the package). Per shape all variants run on the same tensors (the same addresses), each
 timed as `fp8gemm bench --rounds` times (do_bench median, L2 flushed, the order reversed every round);
-the medians and their ratios to the first variant are printed and every round goes to $OUT/inprocess_ab.json.
-`DeepGEMM=-` adds the installed deep_gemm (fp8gemm.peers) as a column.
+the medians, their ratios to the first variant and the paired ratios (see below) are printed, and every round goes
+to $OUT/inprocess_ab.json. `DeepGEMM=-` adds the installed deep_gemm (fp8gemm.peers) as a column.
 
 Why: timed in separate processes, two identical builds differed by 0.975-1.041 per shape even as medians of ten
 rounds (bench/NOTES.md, twenty-first session); in one process they agree to ~0.5% on shapes of 20 us and more
 (2-5% on ~12 us decode shapes). The FP8GEMM_SM90A_* knobs are read once per module, so they apply to every variant:
 compare knobs across processes (ci/gpu/tune.py time) or build them in.
+
+Paired ratio: the median over rounds of (first variant's time / this variant's time) in the same round. A round's
+times fall in one of two states some 5% apart on the decode shapes (11.2 or 11.9 us at 64x7168x2048 on an H200),
+so a median lands on either; the same-round ratio mostly compares like with like. Three copies of one build: medians
+0.949-1.054 apart, paired ratios 0.995-1.012 (bench/NOTES.md, twenty-fourth session, run_i).
 """
 
 import importlib
 import importlib.util
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -67,6 +73,12 @@ def shape_calls(backends: dict, with_deepgemm: bool, m: int, n: int, k: int):
     return calls, errors
 
 
+def paired_ratio(reference: dict, row: dict) -> float:
+    """Median over rounds of reference time / row time in the same round (module docstring: paired ratio)."""
+    pairs = zip(reference.get("us_rounds", [reference["us"]]), row.get("us_rounds", [row["us"]]), strict=True)
+    return statistics.median(ref / us for ref, us in pairs)
+
+
 def main(argv: list[str]) -> None:
     rounds, argv = int(argv[0]), argv[1:]
     sep = argv.index("--")
@@ -76,7 +88,10 @@ def main(argv: list[str]) -> None:
     names = list(variants)
     results, start = {}, time.time()
     out_path = os.path.join(os.environ.get("OUT", "."), "inprocess_ab.json")
-    print(f"{'M,N,K':16s}" + "".join(name.rjust(20) for name in names), flush=True)
+    print(
+        f"{'M,N,K':16s}" + "".join(name.rjust(28) for name in names) + "   (us: median, ratio | paired ratio)",
+        flush=True,
+    )
     for m, n, k in shapes:
         calls, errors = shape_calls(backends, DEEPGEMM in variants, m, n, k)
         bench.time_gpu(calls[names[0]], "sustained")
@@ -87,7 +102,8 @@ def main(argv: list[str]) -> None:
             raise SystemExit(f"{m},{n},{k}: {failed}")
         med = {name: row["us"] for name, row in rows.items()}
         results[f"{m},{n},{k}"] = {name: row.get("us_rounds", [row["us"]]) for name, row in rows.items()}
-        cells = "".join(f"{med[name]:8.2f} ({med[names[0]] / med[name]:.3f})".rjust(20) for name in names)
+        ratios = {name: (med[names[0]] / med[name], paired_ratio(rows[names[0]], rows[name])) for name in names}
+        cells = "".join(f"{med[name]:8.2f} ({ratios[name][0]:.3f} | {ratios[name][1]:.3f})".rjust(28) for name in names)
         print(
             f"{m},{n},{k}".ljust(16) + f"{cells}  err<={max(errors.values()):.1e}  [{time.time() - start:.0f} s]",
             flush=True,

@@ -342,6 +342,8 @@ struct Ring {
   }
 };
 
+__device__ __forceinline__ void prefetch_l2(const void* line) { asm volatile("prefetch.global.L2 [%0];" ::"l"(line)); }
+
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
@@ -454,6 +456,15 @@ __global__ void __launch_bounds__(Cfg<kConsumers, kBlockN, kCluster, kSub, kOneS
             mbar_arrive(&seg_full[b]);  // every lane: each releases its own stores
           }
           continue;
+        }
+        if constexpr (C::kOverlap) {
+          // The two-set loop's consumers load a tile's first B-scale batch at the tile's start, a DRAM miss
+          // after an L2 flush; this thread runs stages ahead of them, so it sends that line (two for a
+          // straddling tile) to L2 first: 1.01-1.03x on plans of several short tiles per CTA (128x32768x512,
+          // 128x65536x1024), level elsewhere (bench/NOTES.md, twenty-fourth session).
+          const auto [sb_row0, sb_row1] = b_scale_rows(p, tile.n_block * kBlockN);
+          prefetch_l2(sb_row0 + kb_begin);
+          if constexpr (!C::kUniformScaleB) prefetch_l2(sb_row1 + kb_begin);
         }
         for (int kb = kb_begin; kb < kb_end; ++kb, ring.advance()) {
           const int s = ring.stage;
