@@ -99,8 +99,7 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
   // room for 2-CTA clusters runs placement pairs unpaired. Unpaired launches keep the attribute at 1, which
   // is not a plain launch: it places neighbouring CTAs on different TPCs (plain: CTAs 2i and 2i + 1 on one;
   // bench/results/sm90a_cta_placement_h200_2026-11-24.txt). The unpaired decode plans were tuned this way; a
-  // plain launch measured 0.95-1.04x there, inside what two copies of one build differ by on those shapes
-  // (sweeps "30_twenty_fourth_session" run_f to run_h).
+  // plain launch measured 0.96-1.03x there, mixed (paired ratios, sweeps "30_twenty_fourth_session" run_f to run_h).
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
