@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import re
 import shutil
@@ -74,8 +75,9 @@ def extract_module(wheel: Path, out_dir: Path, pattern: str = r"_C\..*\.so$") ->
 _OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]+)")
 
 
+@functools.cache  # one disassembly per binary: the SASS tests of a module all read it
 def sass_by_function(cuobjdump: str, binary: Path) -> dict[str, str]:
-    """Each function's (mangled name) SASS text."""
+    """Each function's (mangled name) SASS text. Cached: do not modify the result."""
     env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}:{os.environ['PATH']}"}  # it calls nvdisasm
     sass = subprocess.run([cuobjdump, "-sass", str(binary)], capture_output=True, text=True, env=env, check=True).stdout
     parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)  # preamble, name, body, name, body, ...

@@ -40,6 +40,12 @@ def built(request, tmp_path_factory):
     return request.param, extract_module(build_wheel(request.param, tmp / "wheel"), tmp / "unpacked")
 
 
+def sm90a_kernel_params(name: str) -> tuple[int, ...] | None:
+    """(consumers, block_n, cluster, slices, one-set loop forced) of a gemm_kernel's mangled name, else None."""
+    m = re.search(r"gemm_kernelILi(\d)ELi(\d+)ELi(\d)ELi(\d)ELb([01])E", name)
+    return tuple(map(int, m.groups())) if m else None
+
+
 def test_ships_machine_code_for_its_target_only(built):
     package, module = built
     elves = subprocess.run(
@@ -86,9 +92,9 @@ def test_sm90a_one_set_k_loop_is_unrolled(built):
     }
     found = {}
     for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
-        m = re.search(r"gemm_kernelILi(\d)ELi(\d+)ELi(\d)ELi(\d)ELb([01])E", name)
-        if m and tuple(map(int, m.groups())) in expected:
-            found[tuple(map(int, m.groups()))] = sum(n for op, n in ops.items() if op.startswith("QGMMA."))
+        key = sm90a_kernel_params(name)
+        if key in expected:
+            found[key] = sum(n for op, n in ops.items() if op.startswith("QGMMA."))
     assert sorted(found) == sorted(expected)
     for key, count in found.items():
         assert count >= expected[key], (key, count, expected[key])
@@ -165,9 +171,8 @@ def test_sm90a_two_set_tiles_prefetch_their_first_b_scales(built):
         pytest.skip("sm90a kernels only")
     prefetches = {}
     for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
-        m = re.search(r"gemm_kernelILi(\d)ELi(\d+)ELi(\d)ELi(\d)ELb([01])E", name)
-        if m:
-            consumers, block_n, _, slices, one_set = map(int, m.groups())
+        if params := sm90a_kernel_params(name):
+            consumers, block_n, _, slices, one_set = params
             two_set = consumers <= 2 and block_n <= 128 and slices == 1 and not one_set
             prefetches[name] = (two_set, ops["CCTL.E.PF2"])
     assert sum(two_set for two_set, _ in prefetches.values()) == 11, prefetches
