@@ -3,20 +3,13 @@ two identical builds' medians in different states does not make them look 5% apa
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "ci" / "gpu" / "inprocess_ab.py"
+from scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def inprocess_ab():
-    spec = importlib.util.spec_from_file_location("inprocess_ab", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ci/gpu/inprocess_ab.py")
 
 
 def test_paired_ratio_compares_rounds_not_medians(inprocess_ab):

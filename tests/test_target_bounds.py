@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "target_bounds.py"
+from scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bounds():
-    spec = importlib.util.spec_from_file_location("target_bounds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/target_bounds.py")
 
 
 def bench_rows(shape, **us):
