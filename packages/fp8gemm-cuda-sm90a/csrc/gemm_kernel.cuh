@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "heuristics.hpp"
+#include "tile_order.hpp"
 #include "wgmma.cuh"
 
 namespace fp8gemm_sm90a {
@@ -46,6 +47,7 @@ struct Params {
   int kb_per_split, splits, m_blocks, n_blocks;
   int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks (L2 reuse)
   int tx_bytes;  // bytes per stage, as the tensor maps' boxes give them (launch_tiles.cuh: short_a)
+  TileOrder order;  // the cluster tiles' order, its divisors computed at launch (launch_tiles.cuh)
 };
 
 // B-scale segments: the B scales of up to kSegKb K blocks of a tile (two 128-row blocks of N), double
@@ -261,31 +263,25 @@ struct Tile {
 
 // Cluster tiles: a cluster takes kCluster adjacent blocks along M (or along N).
 template <int kCluster, bool kAlongN>
-__device__ __forceinline__ int m_groups_of(const Params& p) { return kAlongN ? p.m_blocks : (p.m_blocks + kCluster - 1) / kCluster; }
+__host__ __device__ __forceinline__ int m_groups_of(const Params& p) { return kAlongN ? p.m_blocks : (p.m_blocks + kCluster - 1) / kCluster; }
 template <int kCluster, bool kAlongN>
-__device__ __forceinline__ int n_groups_of(const Params& p) { return kAlongN ? (p.n_blocks + kCluster - 1) / kCluster : p.n_blocks; }
+__host__ __device__ __forceinline__ int n_groups_of(const Params& p) { return kAlongN ? (p.n_blocks + kCluster - 1) / kCluster : p.n_blocks; }
 
 template <int kCluster, bool kAlongN, int kBlockM>
 __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   // t counts cluster tiles. Within a split, tiles are walked in groups of group_m M blocks, M
-  // fastest inside a group: the ~one wave of CTAs running together then touches group_m blocks of
-  // A and a wave's worth of B blocks, which stay in L2 while every CTA streams through K.
-  const int m_groups = m_groups_of<kCluster, kAlongN>(p), n_groups = n_groups_of<kCluster, kAlongN>(p);
-  const int per_split = m_groups * n_groups;
+  // fastest inside a group (tile_order.hpp): the ~one wave of CTAs running together then touches group_m
+  // blocks of A and a wave's worth of B blocks, which stay in L2 while every CTA streams through K.
+  const TileIndex index = tile_index(p.order, t);
   Tile tile;
-  tile.split = t / per_split;
-  t %= per_split;
-  const int group_tiles = p.group_m * n_groups;
-  const int first_m = (t / group_tiles) * p.group_m;
-  const int group_rows = min(p.group_m, m_groups - first_m);
-  t %= group_tiles;
+  tile.split = index.split;
   // A cluster's padding block past the end (odd count) takes the last rows again (row0 below).
   if constexpr (kAlongN) {
-    tile.m_block = first_m + t % group_rows;
-    tile.n_block = (t / group_rows) * kCluster + rank;
+    tile.m_block = index.m;
+    tile.n_block = index.n * kCluster + rank;
   } else {
-    tile.m_block = (first_m + t % group_rows) * kCluster + rank;
-    tile.n_block = t / group_rows;
+    tile.m_block = index.m * kCluster + rank;
+    tile.n_block = index.n;
   }
   // The last M block (and a cluster's padding block past it) ends at row M instead of past it, so
   // the rows TMA loads are real: TMA fills rows past the end far slower than it loads real ones
