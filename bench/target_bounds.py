@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DEFAULT_BENCH = RESULTS / "hopper_h200_2026-11-24_e_rounds3.json"
+DEFAULT_BENCH = RESULTS / "hopper_h200_2026-11-24_f_rounds3.json"
 DEFAULT_FLOOR = RESULTS / "sm90a_decode_floor_h200_2026-11-24.json"
 OURS, CUBLASLT, DEEPGEMM = "fp8gemm", "torch._scaled_mm blockwise", "DeepGEMM"
 PLAIN_READ = "best plain read of b (Triton)"
