@@ -101,3 +101,21 @@ def sass_opcodes(cuobjdump: str, binary: Path) -> collections.Counter:
 def needed_libraries(binary: Path) -> list[str]:
     out = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True, check=True).stdout
     return re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out)
+
+
+def sm90a_host_driver(out_dir: Path, source: str):
+    """A C++ driver over fp8gemm-cuda-sm90a's plain-C++ headers (heuristics, tile order), built with the host
+    compiler; returns a function that runs it on a stdin text and gives back its stdout."""
+    cxx = require_tool("g++")
+    csrc = ROOT / "packages" / "fp8gemm-cuda-sm90a" / "csrc"
+    (out_dir / "driver.cpp").write_text(source)
+    subprocess.run(
+        [cxx, "-std=c++17", "-O1", f"-I{csrc}", str(out_dir / "driver.cpp"), "-o", str(out_dir / "driver")], check=True
+    )
+
+    def run(stdin_text: str) -> str:
+        return subprocess.run(
+            [str(out_dir / "driver")], input=stdin_text, capture_output=True, text=True, check=True
+        ).stdout
+
+    return run

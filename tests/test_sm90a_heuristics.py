@@ -6,12 +6,11 @@ most one CTA per SM, a workspace that holds the partials."""
 from __future__ import annotations
 
 import math
-import subprocess
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from isa import ROOT, require_tool
+from isa import sm90a_host_driver
 
 DRIVER = r"""
 #include <cstdio>
@@ -35,15 +34,10 @@ FIELDS = (
 
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory):
-    cxx = require_tool("g++")
-    tmp = tmp_path_factory.mktemp("sm90a_plan")
-    (tmp / "plan.cpp").write_text(DRIVER)
-    csrc = ROOT / "packages" / "fp8gemm-cuda-sm90a" / "csrc"
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{csrc}", str(tmp / "plan.cpp"), "-o", str(tmp / "plan")], check=True)
+    driver = sm90a_host_driver(tmp_path_factory.mktemp("sm90a_plan"), DRIVER)
 
     def run(shapes):
-        text = "".join(f"{m} {n} {k} {sms}\n" for m, n, k, sms in shapes)
-        out = subprocess.run([str(tmp / "plan")], input=text, capture_output=True, text=True, check=True).stdout
+        out = driver("".join(f"{m} {n} {k} {sms}\n" for m, n, k, sms in shapes))
         return [dict(zip(FIELDS, map(int, line.split()), strict=True)) for line in out.splitlines()]
 
     return run

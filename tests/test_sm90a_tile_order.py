@@ -5,12 +5,10 @@ with M fastest inside a group (the division-based order it replaced)."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from isa import ROOT, require_tool
+from isa import sm90a_host_driver
 
 DRIVER = r"""
 #include <cstdio>
@@ -39,20 +37,8 @@ int main() {
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    cxx = require_tool("g++")
-    tmp = tmp_path_factory.mktemp("sm90a_tile_order")
-    (tmp / "order.cpp").write_text(DRIVER)
-    csrc = ROOT / "packages" / "fp8gemm-cuda-sm90a" / "csrc"
-    subprocess.run(
-        [cxx, "-std=c++17", "-O1", f"-I{csrc}", str(tmp / "order.cpp"), "-o", str(tmp / "order")], check=True
-    )
-
-    def run(text: str) -> list[str]:
-        return subprocess.run(
-            [str(tmp / "order")], input=text, capture_output=True, text=True, check=True
-        ).stdout.split("\n")
-
-    return run
+    run = sm90a_host_driver(tmp_path_factory.mktemp("sm90a_tile_order"), DRIVER)
+    return lambda text: run(text).split("\n")
 
 
 def division_order(m_groups: int, n_groups: int, group_m: int, splits: int) -> list[tuple[int, int, int]]:
