@@ -5,7 +5,8 @@ python3 bench/target_bounds.py [BENCH_JSON] [FLOOR_JSON]
 A bound, not a forecast: each shape gets the fastest time anything measured on it could justify.
 - Decode shapes (those in FLOOR_JSON, M <= 128): a kernel that only reads the weights, the fastest plain read of
   the n x k bytes measured in the benchmark's own harness (do_bench after its L2 flush), against cuBLASLt and
-  DeepGEMM timed in that same run. A GEMM also reads A, writes the output and computes, so it cannot be faster.
+  DeepGEMM timed in that same run. A GEMM also reads A, writes the output and computes, so it is not expected to be
+  faster than the fastest such read.
 - The other shapes: the faster of ours and DeepGEMM in BENCH_JSON. They run at the H200's 700 W cap (README, "Why
   the GPU state"), where time per call follows energy per call, and neither kernel sustains more.
 The geometric means of those times' speedups over cuBLASLt and DeepGEMM are the most the shape set allows. Then, per
