@@ -22,6 +22,7 @@ import math
 import sys
 from pathlib import Path
 
+from fp8gemm.bench import geomean
 from rich.console import Console
 from rich.table import Table
 
@@ -33,11 +34,6 @@ PLAIN_READ = "best plain read of b (Triton)"
 FLUSH = "dirty"  # do_bench's flush, as the benchmark times
 TARGETS = {CUBLASLT: 1.35, DEEPGEMM: 1.05}
 PEER_NAMES = {CUBLASLT: "cuBLASLt", DEEPGEMM: "DeepGEMM"}
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def shape_bounds(bench: dict, floor: dict) -> list[dict]:

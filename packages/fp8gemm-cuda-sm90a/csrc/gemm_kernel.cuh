@@ -45,9 +45,10 @@ struct Params {
   int64_t ldo, sb_ld;
   int out_fp32;
   int kb_per_split, splits, m_blocks, n_blocks;
-  int group_m;  // rasterisation: cluster tiles are walked in groups of group_m M blocks (L2 reuse)
   int tx_bytes;  // bytes per stage, as the tensor maps' boxes give them (launch_tiles.cuh: short_a)
-  TileOrder order;  // the cluster tiles' order, its divisors computed at launch (launch_tiles.cuh)
+  // The cluster tiles' order (groups of the plan's group_m M blocks for L2 reuse), its divisors computed at launch
+  // (launch_tiles.cuh).
+  TileOrder order;
 };
 
 // B-scale segments: the B scales of up to kSegKb K blocks of a tile (two 128-row blocks of N), double

@@ -105,7 +105,6 @@ void launch(const fp8gemm::LaunchArgs& args) {
   p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
   p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
   p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
-  p.group_m = plan.group_m;
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
   launch_plan(plan, args, p, stream, dev);
   check(cudaGetLastError(), "GEMM kernel launch");
