@@ -67,7 +67,9 @@ def time_shape(m: int, n: int, k: int, paths: dict, device) -> dict:
     for name, prepare in [*paths.items(), (GEMM_ALONE, None)]:
         try:
             copies = _copies(_weight_bytes(name, n, k), device)
-            weights = [torch.randn(n, k, generator=gen, device=device).div_(math.sqrt(k)).bfloat16() for _ in range(copies)]
+            weights = [
+                torch.randn(n, k, generator=gen, device=device).div_(math.sqrt(k)).bfloat16() for _ in range(copies)
+            ]
             if prepare is None:
                 calls = [gemm_alone(w, x) for w in weights]
             else:
@@ -114,7 +116,15 @@ def quantize_bandwidth(device, shapes) -> list[dict]:
         nbytes = m * k * 2 + m * k + m * (k // 128) * 4
         xs = [torch.randn(m, k, device=device).bfloat16() for _ in range(_copies(m * k * 2, device))]
         seconds = time_graph([lambda x=x: quantize_activation(x) for x in xs])
-        rows.append({"m": m, "k": k, "us": seconds * 1e6, "gbs": nbytes / seconds * 1e-9, "of_copy": nbytes / seconds * 1e-9 / copy_gbs})
+        rows.append(
+            {
+                "m": m,
+                "k": k,
+                "us": seconds * 1e6,
+                "gbs": nbytes / seconds * 1e-9,
+                "of_copy": nbytes / seconds * 1e-9 / copy_gbs,
+            }
+        )
         del xs
     return [{"copy_gbs": copy_gbs}, *rows]
 
@@ -133,7 +143,9 @@ def summarize(rows: list[dict]) -> dict:
     for name in names:
         ratios = [r["us"][BF16] / r["us"][name] for r in rows if name in r["us"] and BF16 in r["us"]]
         out[name] = {"geomean_vs_bf16": geomean(ratios), "slowest_vs_bf16": min(ratios) if ratios else math.nan}
-    small = [r["us"][OURS] / r["us"][GEMM_ALONE] for r in rows if r["m"] <= 128 and OURS in r["us"] and GEMM_ALONE in r["us"]]
+    small = [
+        r["us"][OURS] / r["us"][GEMM_ALONE] for r in rows if r["m"] <= 128 and OURS in r["us"] and GEMM_ALONE in r["us"]
+    ]
     out["layer_over_gemm_alone_m_le_128_max"] = max(small) if small else math.nan
     return out
 
@@ -156,7 +168,11 @@ def run(device, shapes=None, progress=print) -> dict:
 
 def _row_text(row: dict) -> str:
     cells = [f"{name}={us:.1f}" for name, us in row["us"].items()]
-    return f"{row['m']}x{row['n']}x{row['k']}: " + " ".join(cells) + ("  errors: " + "; ".join(row["errors"]) if row["errors"] else "")
+    return (
+        f"{row['m']}x{row['n']}x{row['k']}: "
+        + " ".join(cells)
+        + ("  errors: " + "; ".join(row["errors"]) if row["errors"] else "")
+    )
 
 
 def plot(report: dict, path: Path) -> None:
@@ -177,7 +193,10 @@ def plot(report: dict, path: Path) -> None:
     ax.set_xticks([j + 0.4 for j in range(len(rows))], labels, rotation=70, fontsize=7)
     ax.set_ylabel("speed vs bf16 F.linear (higher is faster)")
     env = report["environment"]
-    ax.set_title(f"Linear layer, weights from HBM: {env['device']}, driver {env.get('driver')}, torch {env['torch']}, {env['date'][:10]}", fontsize=8)
+    ax.set_title(
+        f"Linear layer, weights from HBM: {env['device']}, driver {env.get('driver')}, torch {env['torch']}, {env['date'][:10]}",
+        fontsize=8,
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .ops import device_guard
+from .ops import _device_guard
 from .protocol import IN_BF16, IN_FP16, IN_FP32, K_MAJOR, ScaleLayout
 from .reference import BLOCK, FP8_DTYPES
 
@@ -37,9 +37,14 @@ def _round_up_pow2(scale: torch.Tensor) -> torch.Tensor:
 
 def scale_from_amax(amax: torch.Tensor, fp8_max: float, pow2: bool) -> torch.Tensor:
     """``max(amax / fp8_max, SCALE_FLOOR)``, NaN kept; ``pow2``: UE8M0 scales (DeepSeek-V3.1 recipe)."""
-    scale = amax.float() / fp8_max
+    amax = amax.float()
+    scale = amax / torch.full_like(amax, fp8_max)  # a true division: torch turns "/ scalar" into a multiply on GPUs
     scale = torch.where(scale < SCALE_FLOOR, SCALE_FLOOR, scale)
     return _round_up_pow2(scale) if pow2 else scale
+
+
+def _reciprocal(scale: torch.Tensor) -> torch.Tensor:
+    return torch.ones_like(scale) / scale  # correctly rounded on every device, as the kernels' 1.0f / scale
 
 
 def _check_source(name: str, x) -> None:
@@ -84,7 +89,7 @@ def reference_quantize(x2d: torch.Tensor, fp8_dtype: torch.dtype, pow2: bool) ->
     m, k = x2d.shape
     groups = x2d.float().contiguous().reshape(m, k // BLOCK, BLOCK)
     scale = scale_from_amax(groups.abs().amax(dim=-1), fp8_max, pow2)
-    q = (groups * (1.0 / scale)[..., None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
+    q = (groups * _reciprocal(scale)[..., None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
     return q.reshape(m, k), scale
 
 
@@ -118,7 +123,7 @@ def _quantize_activation(x, fp8_dtype, pow2_scales: bool, backend: str | None):
     if m == 0:
         return torch.empty((0, k), dtype=fp8_dtype, device=x.device), empty_scale(0, k // BLOCK, layout, x.device)[0]
     if chosen is not None and chosen.quantize is not None and getattr(torch, chosen.fp8_dtype) is fp8_dtype:
-        with device_guard(x.device):
+        with _device_guard(x.device):
             return kernel_quantize(chosen, x2d, pow2_scales)
     q, scale = reference_quantize(x2d, fp8_dtype, pow2_scales)
     if layout is not None:
@@ -178,7 +183,7 @@ def quantize_weight(
     padded = torch.nn.functional.pad(w.float(), (0, 0, 0, n_pad - n))
     blocks = padded.reshape(n_pad // BLOCK, BLOCK, k // BLOCK, BLOCK)
     scale = scale_from_amax(blocks.abs().amax(dim=(1, 3)), fp8_max, pow2_scales)
-    q = (blocks * (1.0 / scale)[:, None, :, None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
+    q = (blocks * _reciprocal(scale)[:, None, :, None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
     return q.reshape(n_pad, k)[:n].contiguous(), scale
 
 
