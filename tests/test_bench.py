@@ -152,7 +152,7 @@ def test_bench_settles_the_gpu_before_each_timing(monkeypatch):
 
     start = bench.time.perf_counter()
     bench._settle(call, "sustained")
-    assert bench.time.perf_counter() - start >= 0.9 * bench.SUSTAIN_SECONDS
+    assert bench.time.perf_counter() - start >= 0.7 * bench.SUSTAIN_SECONDS  # calls of the first call's length
     assert 0.8 * bench.SUSTAIN_SECONDS / 0.01 <= len(calls) <= 1.1 * bench.SUSTAIN_SECONDS / 0.01 + 1
     calls.clear()
     bench._settle(call, "rested")
