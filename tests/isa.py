@@ -7,6 +7,7 @@ import functools
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import sysconfig
@@ -23,17 +24,34 @@ def require_tool(name: str) -> str:
     path = shutil.which(name) or _pip_nvidia_tool(name)
     if path:
         return path
-    message = f"{name} not found (bash ci/setup.sh installs it)"
+    how = _SETUP_INSTALLS.get(name)
+    message = f"{name} not found ({f'bash ci/setup.sh installs it {how}' if how else 'install it on this machine'})"
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
 
 
+_SETUP_INSTALLS = {
+    **dict.fromkeys(("nvcc", "cuobjdump", "nvdisasm"), "from PyPI"),
+    **dict.fromkeys(("clang++-19", "llvm-objdump-19"), "with apt-get, when run as root"),
+}
+
+
+def _pip_nvidia_bin_dirs() -> list[Path]:
+    # The nvidia-cuda-nvcc / -cuobjdump / -nvdisasm wheels put their binaries under site-packages/nvidia/cu*/bin
+    # (this interpreter's, or the base one's under a venv with system site packages).
+    roots = dict.fromkeys([sysconfig.get_paths()["purelib"], *site.getsitepackages()])
+    return [d for root in roots for d in sorted(Path(root).glob("nvidia/cu*/bin"))]
+
+
+def search_path() -> str:
+    """PATH with PyPI's CUDA tools after it (ci/setup.sh installs nvcc there where the machine has none), so a
+    package build's CMake finds the nvcc that require_tool found."""
+    return os.pathsep.join([os.environ.get("PATH", ""), *map(str, _pip_nvidia_bin_dirs())])
+
+
 def _pip_nvidia_tool(name: str) -> str | None:
-    # nvidia-cuda-cuobjdump / -nvdisasm wheels put the binaries under site-packages/nvidia/cu*/bin.
-    for candidate in Path(sysconfig.get_paths()["purelib"]).glob(f"nvidia/cu*/bin/{name}"):
-        return str(candidate)
-    return None
+    return next((str(d / name) for d in _pip_nvidia_bin_dirs() if (d / name).is_file()), None)
 
 
 def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None) -> Path:
@@ -49,7 +67,8 @@ def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None) 
         str(out_dir),
         str(ROOT / "packages" / package),
     ]
-    run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=1200)
+    env = {**os.environ, "PATH": search_path(), **(env or {})}
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     (wheel,) = out_dir.glob("*.whl")
     return wheel

@@ -74,7 +74,7 @@ def test_sass_has_the_fp8_tensor_core_path(built):
 
 
 def test_sm90a_one_set_k_loop_is_unrolled(built):
-    """gemm_kernel.cuh Cfg::kAlwaysUnrolled / heuristics.hpp kUnrolledMinKb (bench/NOTES.md: +1%): the one-set K loop holds
+    """gemm_kernel.cuh Cfg::kAlwaysUnrolled / heuristics.hpp kUnrolledMinKb (docs/decisions.md: +1%): the one-set K loop holds
     8 unrolled K blocks besides the remainder loop's one. 256-row kernels (4,128 and 4,128,2): two 64-row
     slices of four wgmma per block, no other copy. The other one-set tiles (2,160, 2,192, 3,128): one
     slice, and a rolled copy for short segments; one loop per B-scale split (with_former: 4 for 160-wide
@@ -101,7 +101,7 @@ def test_sm90a_one_set_k_loop_is_unrolled(built):
 
 
 def test_sm90a_decode_tiles_issue_tma_from_an_elected_lane(built):
-    """gemm_kernel.cuh Cfg::kElectedProducer (bench/NOTES.md: 1.024x over 13 decode shapes): in the 64-row
+    """gemm_kernel.cuh Cfg::kElectedProducer (docs/decisions.md: 1.024x over 13 decode shapes): in the 64-row
     kernels ptxas knows one thread issues the loads, so no UTMALDG sits in a uniformity loop (ELECT ...
     BRA.U.ANY: ~220 instead of ~110 cycles per stage); the wider tiles keep their lane-0 issue."""
     package, module = built
@@ -125,7 +125,7 @@ def test_sm90a_promotion_ffmas_read_their_operands_from_two_register_banks(built
     """gemm_kernel.cuh's fp32 epilogue stores 4 bytes at a time: an 8-byte store made ptxas give each running total
     the register parity of its wgmma accumulator, so `FFMA total, acc, scale, total` read two operands from one
     bank (968 of 1152 FFMAs in the 256 x 128 kernel; DeepGEMM's kernel: 0). Fixed, the 256- and 192-row tiles ran
-    1-4% fewer SM cycles (bench/NOTES.md). No FFMA in any kernel may pair same-parity accumulator and addend."""
+    1-4% fewer SM cycles (docs/decisions.md). No FFMA in any kernel may pair same-parity accumulator and addend."""
     package, module = built
     if package != "fp8gemm-cuda-sm90a":
         pytest.skip("sm90a kernels only")
@@ -149,7 +149,7 @@ def test_sm90a_wgmma_is_not_serialized(built):
     """Every wait group holds a whole 128-wide K block (four k32 steps), so the tensor core runs them back to back.
     When ptxas cannot prove that no other instruction touches a wgmma's accumulators before its wait, it serialises
     every wgmma (only an info message, C7514: each QGMMA gets its own gsb0 and WARPGROUP.DEPBAR). An experiment
-    with the K-block count as a compile-time constant did that to every two-set kernel (bench/NOTES.md)."""
+    with the K-block count as a compile-time constant did that to every two-set kernel (docs/decisions.md)."""
     package, module = built
     if package != "fp8gemm-cuda-sm90a":
         pytest.skip("sm90a kernels only")

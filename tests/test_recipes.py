@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from isa import require_tool
+from isa import require_tool, search_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ci"))
 import conda_offline  # noqa: E402
@@ -65,7 +65,9 @@ def test_unknown_recipe_key_is_a_render_error(tmp_path):
 @pytest.fixture(scope="module")
 def channel(tmp_path_factory):
     require_tool("nvcc")
-    return conda_offline.build_channel(tmp_path_factory.mktemp("conda"))
+    with pytest.MonkeyPatch.context() as env:  # the test build inherits this process's environment
+        env.setenv("PATH", search_path())
+        return conda_offline.build_channel(tmp_path_factory.mktemp("conda"))
 
 
 def test_solver_picks_sm120_for_cc_12_0(channel):

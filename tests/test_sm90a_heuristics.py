@@ -76,7 +76,7 @@ def test_every_plan_is_runnable(plan, m, n, k, sms):
 
 
 def test_plan_choices_on_the_benchmark_shapes(plan):
-    """The fastest tiles of the sweeps (bench/NOTES.md): 256 x 128 where it fills the waves (8192^3 too), 192 x 128
+    """The fastest tiles measured (docs/decisions.md): 256 x 128 where it fills the waves (8192^3 too), 192 x 128
     where that fits better (4096x2112x7168), 128 x 160 and 128 x 96 where their widths fill the waves of N,
     64-row tiles for decode (full K on 132 16-wide tiles for N = 2112), and for 65-128 rows no K split that
     cannot beat one pass over the weights at DRAM speed (heuristics.hpp)."""
@@ -99,7 +99,7 @@ def test_plan_choices_on_the_benchmark_shapes(plan):
     assert [(p["consumers"], p["block_n"], p["splits"]) for p in got[:13]] == [
         (4, 128, 1),
         (4, 128, 1),
-        (3, 128, 1),  # 2 x 192: level under do_bench, 5% slower kernels ("17_eleventh_session")
+        (3, 128, 1),  # 2 x 192: level under do_bench, 5% slower kernels (docs/decisions.md)
         (1, 64, 1),
         (1, 128, 1),
         (1, 16, 1),
@@ -116,7 +116,7 @@ def test_plan_choices_on_the_benchmark_shapes(plan):
 
 def test_rasterisation_pairs_m_blocks_only_in_a_single_unsplit_wave(plan):
     """M blocks are walked in pairs only when every CTA takes one tile of <= 96 columns and there are >= 4 M
-    blocks (measured 1.07x at 1024x1536x7168, 1.13-1.16x at 1024x1024x7168 and 768x2048x7168; bench/NOTES.md);
+    blocks (measured 1.07x at 1024x1536x7168, 1.13-1.16x at 1024x1024x7168 and 768x2048x7168; docs/decisions.md);
     otherwise in groups of 16 (pairs measured 0.92x at 4096x32768x512, 4 waves)."""
     shapes = [(1024, 1536, 7168), (768, 2048, 7168), (1024, 1024, 7168), (4096, 4096, 7168), (4096, 32768, 512),
               (2048, 576, 7168), (384, 2112, 7168), (1024, 3072, 1536), (128, 7168, 16384)]  # fmt: skip
@@ -135,7 +135,7 @@ def test_rasterisation_pairs_m_blocks_only_in_a_single_unsplit_wave(plan):
 
 def test_placement_pairs_only_for_unclustered_tiles_that_share_b(plan):
     """1-CTA tiles launch as 2-CTA clusters (placement only) when consecutive tiles share a B block (>= 2 M
-    blocks): measured up to 1.16x (768x2048x7168, 128x4096x7168), level with one M block (bench/NOTES.md)."""
+    blocks): measured up to 1.16x (768x2048x7168, 128x4096x7168), level with one M block (docs/decisions.md)."""
     shapes = [(128, 4096, 7168), (768, 2048, 7168), (4096, 2112, 7168), (384, 2112, 7168), (64, 2112, 7168),
               (128, 32768, 512), (4096, 4096, 7168), (1, 16, 128)]  # fmt: skip
     assert plan_fields(plan, shapes, "pairs", "grid") == [
@@ -153,7 +153,7 @@ def test_placement_pairs_only_for_unclustered_tiles_that_share_b(plan):
 
 def test_groups_of_four_where_a_wave_touches_fewer_rows(plan):
     """Multi-wave plans of unclustered tiles walk M blocks in groups of 4 where a wave then touches fewer rows of A
-    and B than with groups of 16 (measured 1.04x at 4096x2112x7168 and 6144x2112x7168; bench/NOTES.md)."""
+    and B than with groups of 16 (measured 1.04x at 4096x2112x7168 and 6144x2112x7168; docs/decisions.md)."""
     shapes = [(4096, 2112, 7168), (6144, 1536, 4096), (3072, 2112, 2048), (6144, 7168, 2304), (1536, 4096, 7168),
               (2048, 2112, 7168), (4096, 4096, 7168), (2048, 1536, 7168)]  # fmt: skip
     assert plan_fields(plan, shapes, "consumers", "block_n", "cluster", "group_m") == [
@@ -170,7 +170,7 @@ def test_groups_of_four_where_a_wave_touches_fewer_rows(plan):
 
 def test_one_set_loop_for_128_wide_tiles_on_long_k(plan):
     """128 x 128 tiles run the one-set K loop from 24 K blocks per tile: measured 1.03-1.04x from 32 K blocks
-    (200x7168x7168, 512x4096x4096), 0.92x at 12 (640x3072x1536), 0.98x at 4 (128x32768x512; bench/NOTES.md)."""
+    (200x7168x7168, 512x4096x4096), 0.92x at 12 (640x3072x1536), 0.98x at 4 (128x32768x512; docs/decisions.md)."""
     shapes = [(200, 7168, 7168), (512, 4096, 4096), (129, 7168, 2048), (640, 3072, 1536), (128, 32768, 512),
               (200, 7168, 3072), (1024, 1536, 7168), (4096, 4096, 7168), (256, 7168, 7168)]  # fmt: skip
     assert plan_fields(plan, shapes, "consumers", "block_n", "kb_per_split", "one_set") == [
@@ -189,7 +189,7 @@ def test_one_set_loop_for_128_wide_tiles_on_long_k(plan):
 def test_warpgroup_k_split_for_narrow_tiles_on_long_k(plan):
     """64 x 16 tiles split their K blocks over two warpgroups from 48 K blocks per tile: measured 1.05-1.15x at
     56-128 (64x2112x7168 1.095, 64x2112x16384 1.150, 64x1536x7168 1.054), mixed at 32 (48x2112x4096,
-    1x1536x4096; bench/NOTES.md). 64 x 32 tiles too: 1.035-1.047x at 80-128 x 2048-2112 x 7168, level at
+    1x1536x4096; docs/decisions.md). 64 x 32 tiles too: 1.035-1.047x at 80-128 x 2048-2112 x 7168, level at
     64 x 3072-4096 x 7168."""
     shapes = [(64, 2112, 7168), (1, 2112, 7168), (64, 2112, 16384), (64, 1536, 7168), (48, 2112, 4096),
               (64, 2112, 2048), (64, 256, 7168), (64, 4096, 7168), (128, 2112, 7168), (128, 2112, 4096),

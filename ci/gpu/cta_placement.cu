@@ -1,5 +1,5 @@
 // Which SM each CTA of a one-wave grid lands on: a plain launch, a launch with a cluster-dimension attribute of 1,
-// and 2-CTA clusters (bench/NOTES.md, twenty-fourth session: the attribute alone changes the placement).
+// and 2-CTA clusters (the attribute alone changes the placement: bench/results/sm90a_cta_placement_h200_2026-11-24.txt).
 // nvcc -O2 -arch=sm_90a -o /tmp/cta_placement ci/gpu/cta_placement.cu && /tmp/cta_placement [grid]
 #include <cuda_runtime.h>
 

@@ -9,14 +9,14 @@ the medians, their ratios to the first variant and the paired ratios (see below)
 to $OUT/inprocess_ab.json. `DeepGEMM=-` adds the installed deep_gemm (fp8gemm.peers) as a column.
 
 Why: timed in separate processes, two identical builds differed by 0.975-1.041 per shape even as medians of ten
-rounds (bench/NOTES.md, twenty-first session); in one process they agree to ~0.5% on shapes of 20 us and more
+rounds; in one process they agree to ~0.5% on shapes of 20 us and more
 (2-5% on ~12 us decode shapes). The FP8GEMM_SM90A_* knobs are read once per module, so they apply to every variant:
 compare knobs across processes (ci/gpu/tune.py time) or build them in.
 
 Paired ratio: the median over rounds of (first variant's time / this variant's time) in the same round. A round's
 times fall in one of two states some 5% apart on the decode shapes (11.2 or 11.9 us at 64x7168x2048 on an H200),
 so a median lands on either; the same-round ratio mostly compares like with like. Three copies of one build: medians
-0.949-1.054 apart, paired ratios 0.995-1.012 (bench/NOTES.md, twenty-fourth session, run_i).
+0.949-1.054 apart, paired ratios 0.995-1.012 (docs/benchmarks.md).
 """
 
 import importlib

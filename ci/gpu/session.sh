@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device-machine session: install the core, build the arch packages that run on Hopper (sm90a and
+# Everything a GPU machine checks: install the core, build the arch packages that run on Hopper (sm90a and
 # the sm120 package's sm_90 test build), run the suite on the GPU, compute-sanitizer, the benchmark.
 # Results land in $OUT. Usage (GPU machine, repo root): bash ci/gpu/session.sh [sanitize] [bench]
 set -uo pipefail

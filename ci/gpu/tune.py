@@ -4,7 +4,7 @@ python3 ci/gpu/tune.py time [M,N,K ...]        time the current plan (env knobs 
                                                sustained|rested settles the GPU first (fp8gemm.bench.GPU_STATES)
 python3 ci/gpu/tune.py kernels [M,N,K ...]     per-kernel GPU time (torch.profiler, L2 flushed) of one call
 python3 ci/gpu/tune.py host                      host cost per call of each layer of the call path
-python3 ci/gpu/tune.py sweep OUT.json [SPEC..] time tiles (FP8GEMM_SM90A_TILE; default: all compiled) on the
+python3 ci/gpu/tune.py tiles OUT.json [SPEC..] time tiles (FP8GEMM_SM90A_TILE; default: all compiled) on the
                                                deepseek-v3 set; TUNE_CHECK=1 runs conformance first
 """
 
@@ -56,7 +56,7 @@ def time_shapes(shapes):
     from fp8gemm.bench import time_gpu
     from fp8gemm.reference import reference_gemm
 
-    state = os.environ.get("TUNE_GPU_STATE", "as-is")  # as-is: comparable with the sweeps before b23d236
+    state = os.environ.get("TUNE_GPU_STATE", "as-is")  # as-is: A/B variants alternate per round, so the state cancels
 
     for m, n, k in shapes:
         call, (a, b, sa, sb, out) = gemm_call(m, n, k)
@@ -142,7 +142,7 @@ def spec_env(spec):
     return tile, env
 
 
-def sweep(out_path, specs, check):
+def time_tiles(out_path, specs, check):
     shapes = shapes_from([])
     results = {}
     for spec in specs:
@@ -182,8 +182,8 @@ def print_table(results, shapes):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["sweep"]:
-        sweep(sys.argv[2], sys.argv[3:] or default_specs(), check=os.environ.get("TUNE_CHECK") == "1")
+    if sys.argv[1:2] == ["tiles"]:
+        time_tiles(sys.argv[2], sys.argv[3:] or default_specs(), check=os.environ.get("TUNE_CHECK") == "1")
     elif sys.argv[1:2] == ["host"]:
         host_layers()
     elif sys.argv[1:2] == ["kernels"]:

@@ -1,4 +1,4 @@
-"""``fp8gemm bench``: our backend against its peers, same inputs, same GPU, one run."""
+"""``fp8gemm bench`` on a GPU: our backend against its peers, same inputs, same GPU, one process."""
 
 from __future__ import annotations
 
@@ -27,9 +27,8 @@ SHAPE_SETS: dict[str, list[tuple[int, int, int]]] = {
     # DeepSeek-V3 dense projections at decode (64, 128) and prefill (4096) batch sizes.
     "deepseek-v3": [(m, n, k) for m in (64, 128, 4096) for n, k in DEEPSEEK_NK]
     + [(1024, 1536, 7168), (6144, 7168, 2304), (8192, 8192, 8192)],
-    # Small enough for the pure-torch reference on a laptop CPU.
-    "cpu-small": [(16, 256, 512), (64, 512, 1024), (128, 1024, 1024), (256, 2048, 2048)],
 }
+N_MULTIPLE, K_MULTIPLE = 16, 128  # what fp8gemm.gemm accepts (validation.py)
 OURS = "fp8gemm"
 # The float64 oracle for every shape costs more than the timing on big shapes; above this it is skipped.
 ORACLE_MAX_FLOPS = 3e12
@@ -37,8 +36,8 @@ ORACLE_MAX_FLOPS = 3e12
 # The GPU's state when a timing window opens moves large shapes by 10-20%: after an idle moment (a
 # peer's JIT compile, say) a ~100 ms window runs at boost clocks (1.98 GHz on an H200), after a
 # sustained load at the power cap's (~1.4 GHz at 700 W). Timed as-is, each implementation inherits
-# whatever ran before it, which skewed earlier runs by up to 17% per shape (bench/NOTES.md, "GPU
-# state"). So every implementation is timed in the same state, by default its own sustained load.
+# whatever ran before it, which skewed single shapes by up to 17% (docs/benchmarks.md). So every
+# implementation is timed in the same state, by default its own sustained load.
 GPU_STATES = {
     "sustained": "each implementation runs back-to-back for 0.5 s before its timing (a loaded GPU's clocks)",
     "rested": "the GPU idles 2 s before each timing (boost clocks: a burst after idle)",
@@ -47,8 +46,24 @@ GPU_STATES = {
 SUSTAIN_SECONDS, REST_SECONDS = 0.5, 2.0
 
 
-def default_shape_set(device: torch.device) -> str:
-    return "cpu-small" if device.type == "cpu" else "deepseek-v3"
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """ "M,N,K" -> (M, N, K), or a ValueError that says what is wrong and how to write it."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3:
+        raise ValueError(f"{text!r} has {len(parts)} value(s); write a shape as M,N,K, e.g. 128,7168,2048")
+    try:
+        m, n, k = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"{text!r}: M, N and K must be integers, e.g. 128,7168,2048") from None
+    if m < 1:
+        raise ValueError(f"{text!r}: M = {m} must be at least 1")
+    for name, value, multiple in (("N", n, N_MULTIPLE), ("K", k, K_MULTIPLE)):
+        if value < multiple or value % multiple:
+            fixed = max(multiple, -(-value // multiple) * multiple)
+            raise ValueError(
+                f"{text!r}: {name} = {value} must be a positive multiple of {multiple} (pad it to {fixed})"
+            )
+    return m, n, k
 
 
 def time_gpu(fn: Callable[[], object], gpu_state: str = "as-is") -> float:
@@ -79,17 +94,6 @@ def _settle(fn: Callable[[], object], state: str) -> None:
         for _ in range(int(SUSTAIN_SECONDS / max(time.perf_counter() - start, 1e-6))):
             fn()
         torch.cuda.synchronize()
-
-
-def _time_cpu(fn: Callable[[], object], min_seconds: float = 0.2) -> float:
-    fn()
-    times = []
-    start = time.perf_counter()
-    while time.perf_counter() - start < min_seconds or len(times) < 3:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _ours(backend: str | None) -> Callable:
@@ -145,18 +149,20 @@ def run(
     gpu_state: str = "sustained",
     rounds: int = 1,
 ) -> dict:
-    """Time ours and every available peer on each shape; returns the JSON-able results.
+    """Time ours and every available peer on each shape of a GPU; returns the JSON-able results.
 
-    On a GPU each timing starts in `gpu_state` (GPU_STATES); CPU timings ignore it. With `rounds` > 1
-    every implementation is timed that many times per shape, the order reversed each round, and its
-    row keeps the median (``us``) and every round (``us_rounds``): one timing per implementation moved
-    single shapes by up to 9% between runs (bench/NOTES.md, twenty-first session).
+    Each timing starts in `gpu_state` (GPU_STATES). With `rounds` > 1 every implementation is timed
+    that many times per shape, the order reversed each round, and its row keeps the median (``us``)
+    and every round (``us_rounds``): one timing per implementation moves single shapes by up to 9%
+    between processes (docs/benchmarks.md).
     """
     _check_gpu_state(gpu_state)
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
+    if device.type != "cuda":
+        raise ValueError(f"timing needs a GPU, got device {device}; on CPU, fp8gemm.accuracy.run shows the accuracy")
     impls = {OURS: _ours(backend), **available_peers(device)}
-    timer = _time_cpu if device.type == "cpu" else functools.partial(time_gpu, gpu_state=gpu_state)
+    timer = functools.partial(time_gpu, gpu_state=gpu_state)
     fp8 = preferred_fp8_dtype(device, backend)
     rows = []
     for m, n, k in shapes:
@@ -178,10 +184,8 @@ def run(
         _time_rounds(runners, shape_rows, timer, rounds, progress)
         rows.extend(shape_rows.values())
     report = {"environment": environment(device, backend), "results": rows}
-    report["environment"]["rounds"] = rounds
-    if device.type == "cuda":
-        report["environment"].update(gpu_state=gpu_state, gpu_state_meaning=GPU_STATES[gpu_state])
-        report["host_overhead"] = host_overhead(device, backend)
+    report["environment"].update(rounds=rounds, gpu_state=gpu_state, gpu_state_meaning=GPU_STATES[gpu_state])
+    report["host_overhead"] = host_overhead(device, backend)
     return report
 
 
@@ -222,8 +226,8 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000, 
     as ``timeit`` times: garbage collection off in the loop, because a collection's pause (tens of
     milliseconds in a process holding torch, triton and the peers) lands on whichever call happens to
     trigger it; the figure with collection on is reported beside it. The median of ``repeats`` loops of
-    ``calls`` calls, alternating collection off and on: on the H200 machines one loop's figure moved from 5 to
-    13 us between back-to-back processes with the same build (bench/NOTES.md, twenty-third session).
+    ``calls`` calls, alternating collection off and on: on cloud H200 hosts one loop's figure moves from 5 to
+    13 us between back-to-back processes with the same build (docs/benchmarks.md).
     """
     a, a_scale = quantize_activation(
         torch.randn(16, 256, device=device), fp8_dtype=preferred_fp8_dtype(device, backend)
@@ -270,7 +274,7 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000, 
 
 
 def state_suffix(environment: dict) -> str:
-    """Title suffix naming the GPU state a report was timed in (", GPU sustained"); "" for CPU reports."""
+    """Title suffix naming the GPU state a report was timed in (", GPU sustained"); "" if it has none."""
     return f", GPU {environment['gpu_state']}" if "gpu_state" in environment else ""
 
 

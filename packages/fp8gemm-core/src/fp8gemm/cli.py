@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from . import __version__, bench, conformance, registry
+from . import __version__, accuracy, bench, conformance, registry
 from .ops import preferred_fp8_dtype
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -100,17 +100,18 @@ def cmd_check(args) -> int:
     return 1 if failures else 0
 
 
-def _parse_shape(text: str) -> tuple[int, int, int]:
+def _shape_argument(text: str) -> tuple[int, int, int]:
     try:
-        m, n, k = (int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shape must be M,N,K (three integers), got {text!r}") from None
-    return m, n, k
+        return bench.parse_shape(text)
+    except ValueError as exc:  # argparse names the option, prints usage and exits 2
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_bench(args) -> int:
     device = torch.device(args.device) if args.device else _default_device()
-    shapes = args.shapes or bench.SHAPE_SETS[args.set or bench.default_shape_set(device)]
+    if device.type != "cuda":
+        return _bench_without_gpu(args, device)
+    shapes = args.shapes or bench.SHAPE_SETS[args.set]
     out_dtype = torch.float32 if args.out_dtype == "float32" else torch.bfloat16
     n_impls = 1 + len(bench.available_peers(device))
     with Progress(console=console, transient=True) as progress:
@@ -128,8 +129,46 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _bench_without_gpu(args, device: torch.device) -> int:
+    """No GPU, so nothing to time (ours would only race the reference against itself): show the recipe's accuracy."""
+    installed = ", ".join(ib.name for ib in registry.installed_backends()) or "none"
+    console.print(
+        f"No GPU backend runs here (device: {registry.describe_device(device).describe()}; arch packages installed: "
+        f"{installed}): timing compares an arch package's kernels with cuBLASLt, Triton and DeepGEMM on a GPU "
+        "(docs/benchmarks.md). Shown instead: the accuracy of the block-scaled FP8 recipe."
+    )
+    rows = accuracy.run(args.shapes or accuracy.DEFAULT_SHAPES, device, args.backend, seed=args.seed)
+    _print_accuracy_table(rows)
+    if args.json:
+        report = {"environment": bench.environment(device, args.backend), "data": accuracy.DATA, "accuracy": rows}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+        console.print(f"wrote {args.json}")
+    if args.plot:
+        accuracy.plot(rows, Path(args.plot))
+        console.print(f"wrote {args.plot}")
+    return 0
+
+
+def _print_accuracy_table(rows: list[dict]) -> None:
+    table = Table(title="relative error per token against the float64 product of the unquantised inputs")
+    table.add_column("M x N x K")
+    table.add_column("recipe")
+    for kind in accuracy.DATA:
+        table.add_column(f"{kind}: median", justify="right")
+        table.add_column(f"{kind}: worst token", justify="right")
+    cells: dict[tuple, list[str]] = {}
+    for r in rows:
+        key = (f"{r['m']}x{r['n']}x{r['k']}", r["recipe"])
+        cells.setdefault(key, []).extend((f"{r['median_rel_err']:.1e}", f"{r['worst_rel_err']:.1e}"))
+    for key, errors in cells.items():
+        table.add_row(*key, *errors)
+    console.print(table)
+    console.print("; ".join(f"{kind}: {meaning}" for kind, meaning in accuracy.DATA.items()))
+
+
 def _tflops_cell(tflops: float) -> str:
-    return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"  # CPU runs are far below 1 TFLOP/s
+    return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
 
 
 def _print_bench_table(report: dict) -> None:
@@ -178,9 +217,30 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, help="seed for the random shapes (default: fresh)")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("bench", parents=[common], help="time ours against the available peers")
-    p.add_argument("--set", choices=sorted(bench.SHAPE_SETS), help="named shape set (default by device)")
-    p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="shapes instead of a set")
+    p = sub.add_parser(
+        "bench", parents=[common], help="time ours against the available peers (without a GPU: the recipe's accuracy)"
+    )
+    add_bench_arguments(p)
+    p.set_defaults(func=cmd_bench)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``fp8gemm bench``."""
+    p.add_argument("--set", choices=sorted(bench.SHAPE_SETS), default="deepseek-v3", help="named shape set")
+    p.add_argument(
+        "--shapes",
+        nargs="+",
+        type=_shape_argument,
+        metavar="M,N,K",
+        help=f"shapes instead of a set; N a multiple of {bench.N_MULTIPLE}, K of {bench.K_MULTIPLE}",
+    )
     p.add_argument("--out-dtype", choices=("bfloat16", "float32"), default="bfloat16")
     p.add_argument("--json", help="write results to this JSON file")
     p.add_argument("--plot", help="write a bar chart to this PNG file")
@@ -196,14 +256,7 @@ def main(argv=None) -> int:
         default=1,
         help="time every implementation this many times per shape, alternating the order; report the median",
     )
-    p.set_defaults(func=cmd_bench)
-
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except (RuntimeError, ValueError, TypeError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+    p.add_argument("--seed", type=int, help="seed for the accuracy data without a GPU (default: fresh)")
 
 
 if __name__ == "__main__":

@@ -49,13 +49,6 @@ def _deep_gemm(a, b, a_scale, b_scale, out_dtype) -> Runner:
     return run
 
 
-def _reference(a, b, a_scale, b_scale, out_dtype) -> Runner:
-    from .reference import reference_gemm
-
-    out = torch.empty(a.shape[0], b.shape[0], dtype=out_dtype, device=a.device)
-    return lambda: reference_gemm(a, b, a_scale, b_scale, out)
-
-
 @functools.lru_cache(maxsize=1)
 def _triton_kernel():
     import triton
@@ -124,9 +117,9 @@ def _importable(module: str) -> bool:
 
 
 def available_peers(device: torch.device) -> dict[str, Prepare]:
-    """Peers that can run on ``device`` in this environment."""
-    if device.type == "cpu":
-        return {"reference (fp32 torch)": _reference}
+    """Peers that can run on ``device`` in this environment: GPU libraries only, none on CPU."""
+    if device.type != "cuda":
+        return {}
     peers: dict[str, Prepare] = {"torch._scaled_mm blockwise": _scaled_mm_blockwise}
     if _importable("triton"):
         peers["triton block-fp8"] = _triton_block_fp8
