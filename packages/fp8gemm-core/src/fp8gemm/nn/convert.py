@@ -46,11 +46,12 @@ def _skip_matcher(skip: SkipRule) -> Callable[[str, nn.Module], str | None]:
     return match
 
 
-def _tied_owners(model: nn.Module) -> dict[int, list[str]]:
-    """Parameter id -> every qualified name it appears under (more than one when weights are tied)."""
-    owners: dict[int, list[str]] = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        owners.setdefault(id(param), []).append(name)
+def _parameter_owners(model: nn.Module) -> dict[int, dict[int, str]]:
+    """Parameter id -> {id of each module holding it: that module's name}; two modules = tied weights."""
+    owners: dict[int, dict[int, str]] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        for param_name, param in module.named_parameters(recurse=False):
+            owners.setdefault(id(param), {}).setdefault(id(module), f"{name}.{param_name}" if name else param_name)
     return owners
 
 
@@ -62,7 +63,7 @@ def _reason_to_keep(name: str, linear: nn.Module, skipped_by, owners) -> str | N
         return reason
     if linear.weight.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         return f"weight dtype {linear.weight.dtype} is not bfloat16/float16/float32"
-    sharers = [n for n in owners.get(id(linear.weight), []) if n != f"{name}.weight"]
+    sharers = [n for module_id, n in owners.get(id(linear.weight), {}).items() if module_id != id(linear)]
     if sharers:
         return f"weight tied to {', '.join(sharers)}"
     return None
@@ -90,12 +91,12 @@ def convert(
     if isinstance(model, nn.Linear):
         raise TypeError("model is itself an nn.Linear and cannot be replaced in place; use Fp8Linear.from_linear")
     skipped_by = _skip_matcher(skip)
-    owners = _tied_owners(model)
+    owners = _parameter_owners(model)
     report = ConversionReport([], {})
     done: dict[int, Fp8Linear] = {}  # a layer reachable under two names is converted (or kept) once
     kept: dict[int, str] = {}
     for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
+        for child_name, child in list(parent._modules.items()):  # named_children() hides a second name
             if not isinstance(child, nn.Linear):
                 continue
             name = f"{parent_name}.{child_name}" if parent_name else child_name

@@ -55,8 +55,8 @@ def to_fp8_dtype(
     e4m3fn -> e4m3fnuz (an e4m3fn checkpoint on gfx942) is exact: a bit pattern means half the value
     in e4m3fnuz (exponent bias 8, not 7), so the bits are kept and the scales doubled; 0x80 (-0 in
     e4m3fn, NaN in e4m3fnuz) becomes 0x00. vLLM's ``normalize_e4m3fn_to_e4m3fnuz`` does the same.
-    e4m3fnuz -> e4m3fn converts values (all of e4m3fnuz's range fits) and keeps the scales; only the
-    smallest subnormal, +-2^-10, is not representable and rounds to 0.
+    e4m3fnuz -> e4m3fn converts values and keeps the scales: e4m3fnuz's range (240) fits, but below
+    2^-6 e4m3fn's grid is twice as coarse, so those codes round to it (error <= 2^-10 * scale).
     """
     if weight.dtype not in FP8_DTYPES or fp8_dtype not in FP8_DTYPES:
         raise TypeError(f"weight and fp8_dtype must be one of {FP8_DTYPES}, got {weight.dtype} and {fp8_dtype}")
@@ -109,9 +109,12 @@ class Fp8Linear(nn.Module):
         if dtype not in _SOURCE_DTYPES:
             raise TypeError(f"dtype (the bias dtype) must be one of {_SOURCE_DTYPES}, got {dtype}")
         device = torch.empty(0, device=device).device  # honours a `with torch.device(...)` context
-        fp8_dtype = fp8_dtype or required_fp8_dtype(device) or _FN
+        required = required_fp8_dtype(device)
+        fp8_dtype = fp8_dtype or required or _FN
         if fp8_dtype not in FP8_DTYPES:
             raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
+        if required is not None and fp8_dtype != required:
+            raise ValueError(f"fp8_dtype={fp8_dtype}, but the backend for {device} takes {required}; omit fp8_dtype")
         self.in_features, self.out_features = in_features, out_features
         scale_shape = (ceil_div(out_features, BLOCK), in_features // BLOCK)
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=fp8_dtype, device=device))
@@ -204,4 +207,7 @@ class Fp8Linear(nn.Module):
                 f"weight_scale_inv must be float32 {list(scale_shape)} (one scale per 128x128 block), got "
                 f"{scale.dtype} {list(scale.shape)}; only 128x128 weight blocks are supported"
             )
-        return to_fp8_dtype(weight, scale, self.weight.dtype)
+        weight, scale = to_fp8_dtype(weight, scale, self.weight.dtype)
+        if not weight.is_contiguous() or weight.data_ptr() % 16:  # safetensors may hand out unaligned views
+            weight = weight.clone(memory_format=torch.contiguous_format)
+        return weight, scale
