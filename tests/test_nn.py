@@ -24,7 +24,9 @@ def _linear(k, n, device, seed, bias=True, dtype=torch.bfloat16):
 def expected_output(layer: Fp8Linear, x: torch.Tensor) -> torch.Tensor:
     """float64: the reference quantizer's activation times the layer's FP8 weight, plus the bias."""
     x2 = x.reshape(-1, x.shape[-1])
-    qa, sa = fp8gemm.quantize_activation(x2, fp8_dtype=layer.weight.dtype, backend="reference")
+    qa, sa = fp8gemm.quantize_activation(
+        x2, fp8_dtype=layer.weight.dtype, pow2_scales=layer.pow2_scales, backend="reference"
+    )
     y = oracle(qa, layer.weight, sa, layer.weight_scale_inv)
     if layer.bias is not None:
         y = y + layer.bias.double()
@@ -44,12 +46,20 @@ def test_forward_matches_float64_oracle(device):
     assert conformance.relative_error(y, exact) < 5e-2
 
 
-def test_forward_float32_input_and_no_bias(device):
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.float16])
+def test_forward_other_input_dtypes_and_no_bias(device, x_dtype):
     layer = Fp8Linear.from_linear(_linear(256, 64, device, seed=1, bias=False, dtype=torch.float32))
-    x = torch.randn(7, 256, device=device)
+    x = torch.randn(7, 256, device=device, dtype=x_dtype)
     y = layer(x)
-    assert y.dtype == torch.float32 and layer.bias is None
+    assert y.dtype == x_dtype and layer.bias is None
     assert conformance.relative_error(y, expected_output(layer, x)) < 1e-3
+
+
+def test_forward_with_power_of_two_scales(device):
+    layer = Fp8Linear.from_linear(_linear(256, 128, device, seed=8), pow2_scales=True)
+    assert layer.pow2_scales and repr(layer).endswith("pow2_scales=True)")
+    x = torch.randn(5, 256, dtype=torch.bfloat16, device=device)
+    assert conformance.relative_error(layer(x), expected_output(layer, x)) < BF16_BOUND
 
 
 def test_from_linear_quantizes_like_quantize_weight():
@@ -201,5 +211,13 @@ def test_torch_compile_fullgraph():
     model = nn.Sequential(nn.Linear(256, 384), nn.GELU(), nn.Linear(384, 128)).to(torch.bfloat16)
     convert(model)
     x = torch.randn(4, 256, dtype=torch.bfloat16)
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    assert torch.equal(compiled(x), model(x))
+    graphs = []
+
+    def record(gm, example_inputs):  # Dynamo's graph, before any backend rewrites it
+        graphs.append(gm)
+        return gm.forward
+
+    assert torch.equal(torch.compile(model, backend=record, fullgraph=True)(x), model(x))
+    (graph,) = graphs
+    assert sum(node.target is torch.ops.fp8gemm.linear for node in graph.graph.nodes) == 2
+    assert torch.equal(torch.compile(model, backend="aot_eager", fullgraph=True)(x), model(x))

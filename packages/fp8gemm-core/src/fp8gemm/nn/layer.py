@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import fp8gemm
-
 from .. import registry
+from ..linear import linear
 from ..ops import prepare_weight_scale
 from ..quantize import quantize_weight
 from ..reference import BLOCK, FP8_DTYPES
@@ -77,8 +76,9 @@ class Fp8Linear(nn.Module):
     """``y = x @ W^T + bias`` with ``W`` stored as FP8 [N, K] plus one fp32 scale per 128x128 block.
 
     Inference only (no gradients). ``forward`` is one ``fp8gemm.linear`` call: the activation is
-    quantized per token per 128 of K and multiplied on the backend for its device; the output has
-    ``x``'s dtype. Buffers, named as in DeepSeek-V3 / Qwen3-FP8 checkpoints:
+    quantized per token per 128 of K (``pow2_scales``: power-of-two scales, the UE8M0 recipe) and
+    multiplied on the backend for its device; the output has ``x``'s dtype. Buffers, named as in
+    DeepSeek-V3 / Qwen3-FP8 checkpoints:
 
     * ``weight``: FP8 [out_features, in_features] (``fp8_dtype``, default: what the backend for
       ``device`` takes; e4m3fn on CPU and CUDA, e4m3fnuz on gfx942).
@@ -101,6 +101,7 @@ class Fp8Linear(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.bfloat16,
         fp8_dtype: torch.dtype | None = None,
+        pow2_scales: bool = False,
     ):
         super().__init__()
         problem = check_linear_shape(in_features, out_features)
@@ -115,7 +116,7 @@ class Fp8Linear(nn.Module):
             raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
         if required is not None and fp8_dtype != required:
             raise ValueError(f"fp8_dtype={fp8_dtype}, but the backend for {device} takes {required}; omit fp8_dtype")
-        self.in_features, self.out_features = in_features, out_features
+        self.in_features, self.out_features, self.pow2_scales = in_features, out_features, bool(pow2_scales)
         scale_shape = (ceil_div(out_features, BLOCK), in_features // BLOCK)
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=fp8_dtype, device=device))
         self.register_buffer("weight_scale_inv", _prepared(torch.ones(scale_shape, device=device)))
@@ -127,15 +128,16 @@ class Fp8Linear(nn.Module):
     ) -> Fp8Linear:
         """Quantize ``linear``'s weight (``fp8gemm.quantize_weight``) into a new layer on its device.
 
-        ``pow2_scales`` rounds each block scale up to a power of two (UE8M0, the DeepSeek-V3.1
-        recipe). A ``linear`` on the meta device gives an empty layer, ready for ``load_state_dict``.
+        ``pow2_scales`` rounds every weight and activation scale up to a power of two (UE8M0, the
+        DeepSeek-V3.1 recipe). A ``linear`` on the meta device gives an empty layer, ready for
+        ``load_state_dict``.
         """
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
         weight = linear.weight.detach()
         dtype = weight.dtype if weight.dtype in _SOURCE_DTYPES else torch.bfloat16
         layer = cls(linear.in_features, linear.out_features, linear.bias is not None,
-                    device=weight.device, dtype=dtype, fp8_dtype=fp8_dtype)  # fmt: skip
+                    device=weight.device, dtype=dtype, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)  # fmt: skip
         if weight.device.type != "meta":
             q, scale = quantize_weight(weight, fp8_dtype=layer.weight.dtype, pow2_scales=pow2_scales)
             layer.weight, layer.weight_scale_inv = q, _prepared(scale)
@@ -144,12 +146,13 @@ class Fp8Linear(nn.Module):
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return fp8gemm.linear(x, self.weight, self.weight_scale_inv, self.bias)
+        return linear(x, self.weight, self.weight_scale_inv, self.bias, pow2_scales=self.pow2_scales)
 
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
             f"fp8_dtype={self.weight.dtype}, weight_block=({BLOCK}, {BLOCK})"
+            + (", pow2_scales=True" if self.pow2_scales else "")
         )
 
     # --- device moves and state dicts ---------------------------------------------------------------
