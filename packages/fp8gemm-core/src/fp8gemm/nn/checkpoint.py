@@ -87,7 +87,10 @@ def load_fp8_checkpoint(
     ``device`` (default CPU); otherwise tensors are copied into the existing ones.
     Returns ``(missing_keys, unexpected_keys)`` like ``load_state_dict``; ``strict`` raises if any.
     """
-    from safetensors import safe_open  # an optional dependency: only checkpoint loading needs it
+    try:
+        from safetensors import safe_open  # an optional dependency: only checkpoint loading needs it
+    except ImportError as exc:
+        raise ImportError("load_fp8_checkpoint needs safetensors: pip install 'fp8gemm-core[checkpoint]'") from exc
 
     files = checkpoint_files(path_or_paths)
     assign = _has_meta_tensors(model)
