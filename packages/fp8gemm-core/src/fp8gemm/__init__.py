@@ -14,6 +14,7 @@ def get_include() -> str:
     return os.path.join(os.path.dirname(__file__), "include")
 
 
+from . import nn as nn  # noqa: E402  (fp8gemm.nn: Fp8Linear, convert, checkpoints)
 from .layouts import from_kxm_layout  # noqa: E402
 from .linear import linear  # noqa: E402
 from .ops import gemm, preferred_fp8_dtype, prepare_weight_scale  # noqa: E402
