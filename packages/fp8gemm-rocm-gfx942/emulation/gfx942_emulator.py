@@ -74,7 +74,7 @@ class Emulator:
         self.kernels = ctypes.CDLL(str(build_dir / "libgfx942_emu_kernels.so"))
         self.selftest = ctypes.CDLL(str(build_dir / "libgfx942_emu_selftest.so"))
         self.runtime.gfx942_emu_last_error.restype = ctypes.c_char_p
-        self.runtime.gfx942_emu_use_device.argtypes = [ctypes.c_int, ctypes.c_int]
+        self.runtime.gfx942_emu_use_cu_count.argtypes = [ctypes.c_int]
         self.runtime.gfx942_emu_decode_fp8.restype = ctypes.c_double
         self.runtime.gfx942_emu_mfma_f32_32x32x16_fp8.argtypes = [ctypes.c_void_p] * 4
         self.kernels.fp8gemm_gfx942_emu_launch.argtypes = _LAUNCH_ARGS
@@ -82,24 +82,23 @@ class Emulator:
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.restype = ctypes.c_int64
         self.selftest.gfx942_emu_selftest_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
         self.selftest.gfx942_emu_selftest_launch.argtypes += [ctypes.c_void_p] * 2
-        self._devices: dict[int, int] = {}  # CU count -> emulated device index
+        self.launches = 0  # GEMM launches so far: tests check the kernels (not a fallback) ran
         self.use_cu_count(304)
 
     def _error(self) -> str:
         return self.runtime.gfx942_emu_last_error().decode()
 
     def use_cu_count(self, cu_count: int) -> None:
-        """Later launches see a GPU with ``cu_count`` compute units (MI300X: 304), which drives split-K.
-
-        launch.cpp caches the count per device, so each count gets a device index of its own."""
+        """Later launches (on this process) see a GPU with ``cu_count`` compute units (MI300X: 304),
+        which decides split-K; each count is an emulated device of its own."""
         if not isinstance(cu_count, int) or cu_count < 1:
             raise ValueError(f"cu_count must be a positive int, got {cu_count!r}")
-        device = self._devices.setdefault(cu_count, len(self._devices))
-        if self.runtime.gfx942_emu_use_device(device, cu_count):
-            raise EmulationError(f"cannot select emulated device {device} with {cu_count} CUs")
+        if self.runtime.gfx942_emu_use_cu_count(cu_count) < 0:
+            raise EmulationError(f"no emulated device left for {cu_count} CUs (64 distinct counts at most)")
 
     def launch(self, *args: int) -> None:
         """``fp8gemm.protocol.LaunchFn`` on the emulator; returns when the kernels have finished."""
+        self.launches += 1
         if self.kernels.fp8gemm_gfx942_emu_launch(*args):
             raise EmulationError(self._error())
 

@@ -45,6 +45,11 @@ unsigned workgroup_size(int dim) {
   return dim == 0 ? b.x : dim == 1 ? b.y : b.z;
 }
 
+unsigned num_workgroups(int dim) {
+  const dim3 g = current_worker()->launch().grid;
+  return dim == 0 ? g.x : dim == 1 ? g.y : g.z;
+}
+
 unsigned grid_size(int dim) {
   const Launch& l = current_worker()->launch();
   return dim == 0 ? l.grid.x * l.block.x : dim == 1 ? l.grid.y * l.block.y : l.grid.z * l.block.z;

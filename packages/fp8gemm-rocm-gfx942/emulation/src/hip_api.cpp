@@ -40,7 +40,7 @@ std::mutex& kernels_mutex() {
 
 bool register_kernel(const void* function, Invoker invoke, const char* name, void* (*tls_anchor)()) {
   std::lock_guard<std::mutex> lock(kernels_mutex());
-  kernels()[function] = KernelEntry{invoke, name, tls_anchor};
+  kernels()[function] = KernelEntry{function, invoke, name, tls_anchor};
   return true;
 }
 
@@ -102,8 +102,10 @@ const char* hipGetErrorString(hipError_t error) {
   return "unknown error";
 }
 
-hipError_t hipLaunchKernel(const void* function, dim3 grid, dim3 block, void** args, size_t shared_bytes,
-                           hipStream_t) {
+namespace {
+thread_local hipError_t t_last_launch = hipSuccess;
+
+hipError_t launch_kernel(const void* function, dim3 grid, dim3 block, void** args, size_t shared_bytes) {
   const KernelEntry* entry = nullptr;
   {
     std::lock_guard<std::mutex> lock(kernels_mutex());
@@ -122,20 +124,39 @@ hipError_t hipLaunchKernel(const void* function, dim3 grid, dim3 block, void** a
   }
   return run_grid(Launch{entry, args, grid, block});
 }
+}  // namespace
+
+hipError_t hipLaunchKernel(const void* function, dim3 grid, dim3 block, void** args, size_t shared_bytes,
+                           hipStream_t) {
+  const hipError_t err = launch_kernel(function, grid, block, args, shared_bytes);
+  if (err != hipSuccess) t_last_launch = err;
+  return err;
+}
+
+hipError_t hipGetLastError() {
+  const hipError_t err = t_last_launch;
+  t_last_launch = hipSuccess;
+  return err;
+}
+
+hipError_t hipPeekAtLastError() { return t_last_launch; }
 
 // --- for the Python adapter ------------------------------------------------------------------------
 
-// Selects `device` and gives it `cu_count` compute units; an error once the launcher has read a
-// different count for it (launch.cpp caches the count per device).
-int gfx942_emu_use_device(int device, int cu_count) {
-  if (device < 0 || device >= kDevices || cu_count < 1) return 1;
+// Makes the current device one with `cu_count` compute units: the first device that has that count,
+// else the next unused one (launch.cpp caches the count per device, so a device keeps its count).
+int gfx942_emu_use_cu_count(int cu_count) {
+  if (cu_count < 1) return -1;
   Devices& d = devices();
   std::lock_guard<std::mutex> lock(d.mutex);
-  const int had = d.cu_count[device] ? d.cu_count[device] : kDefaultCuCount;
-  if (d.queried[device] && had != cu_count) return 2;
-  d.cu_count[device] = cu_count;
-  d.current = device;
-  return 0;
+  for (int device = 0; device < kDevices; ++device) {
+    if (d.cu_count[device] && d.cu_count[device] != cu_count) continue;
+    if (!d.cu_count[device] && d.queried[device]) continue;  // already read with the default count
+    d.cu_count[device] = cu_count;
+    d.current = device;
+    return device;
+  }
+  return -1;
 }
 
 const char* gfx942_emu_last_error() { return last_error_detail().c_str(); }

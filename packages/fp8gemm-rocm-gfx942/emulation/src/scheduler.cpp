@@ -91,7 +91,7 @@ void Worker::poison_lds() {
 void Worker::fiber_main(void* arg) {
   auto* w = static_cast<WorkItem*>(arg);
   Worker* self = t_worker;
-  self->launch_.kernel->invoke(self->launch_.args);
+  self->launch_.kernel->invoke(self->launch_.kernel->function, self->launch_.args);
   if (w->owes_acquire) self->fail(*w, "returned after s_barrier without the acquire fence that must follow it");
   w->state = State::Done;
   gfx942_emu_switch(&w->sp, self->scheduler_sp_);

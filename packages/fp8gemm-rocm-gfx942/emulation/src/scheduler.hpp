@@ -11,6 +11,7 @@
 namespace gfx942_emu {
 
 struct KernelEntry {
+  const void* function;
   Invoker invoke;
   const char* name;
   void* (*tls_anchor)();

@@ -15,6 +15,7 @@ constexpr int kWaveSize = 64;
 unsigned workitem_id(int dim);
 unsigned workgroup_id(int dim);
 unsigned workgroup_size(int dim);
+unsigned num_workgroups(int dim);
 unsigned grid_size(int dim);  // in work-items, as the dispatch packet's grid_size
 void fence(int order, const char* scope);
 void s_barrier();

@@ -2,7 +2,12 @@
 // the kernels use, on top of the emulated runtime API. Kernel sources compile unchanged against it
 // (they take their FP8GEMM_HIP_HEADERS path, as under hipcc).
 #pragma once
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
 #include "gfx942_emu/device.hpp"
+#include "gfx942_emu/kernels.hpp"
 #include "hip/hip_runtime_api.h"
 
 #define __global__
@@ -35,4 +40,40 @@ __device__ inline int __shfl_xor(int var, int lane_mask, int width = warpSize) {
 
 __device__ inline float __shfl_xor(float var, int lane_mask, int width = warpSize) {
   return __builtin_bit_cast(float, __shfl_xor(__builtin_bit_cast(int, var), lane_mask, width));
+}
+
+template <class T>
+__device__ inline T __ldg(const T* p) {
+  return *p;
+}
+
+// threadIdx, blockIdx, blockDim, gridDim: each component reads the current work-item's value.
+namespace gfx942_emu {
+template <unsigned (*Read)(int)>
+struct Coordinates {
+  struct Component {
+    int dim;
+    operator unsigned() const { return Read(dim); }
+  };
+  Component x{0}, y{1}, z{2};
+};
+}  // namespace gfx942_emu
+static const gfx942_emu::Coordinates<&gfx942_emu::workitem_id> threadIdx{};
+static const gfx942_emu::Coordinates<&gfx942_emu::workgroup_id> blockIdx{};
+static const gfx942_emu::Coordinates<&gfx942_emu::workgroup_size> blockDim{};
+static const gfx942_emu::Coordinates<&gfx942_emu::num_workgroups> gridDim{};
+
+// HIP's typed launch: the arguments converted to the kernel's parameter types, passed by address.
+template <class... P, class... A>
+inline void hipLaunchKernelGGL(void (*kernel)(P...), dim3 grid, dim3 block, unsigned shared_bytes, hipStream_t stream,
+                               A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "hipLaunchKernelGGL: wrong number of kernel arguments");
+  gfx942_emu::register_kernel(kernel, "a kernel launched by hipLaunchKernelGGL");
+  std::tuple<std::decay_t<P>...> values(std::forward<A>(args)...);
+  std::apply(
+      [&](auto&... v) {
+        void* pointers[] = {static_cast<void*>(&v)..., nullptr};
+        hipLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, pointers, shared_bytes, stream);
+      },
+      values);
 }

@@ -29,6 +29,8 @@ hipError_t hipGetDevice(int* device);
 hipError_t hipSetDevice(int device);
 hipError_t hipDeviceGetAttribute(int* value, hipDeviceAttribute_t attribute, int device);
 const char* hipGetErrorString(hipError_t error);
+hipError_t hipGetLastError(void);   // the last launch's error on this thread, then reset
+hipError_t hipPeekAtLastError(void);
 hipError_t hipLaunchKernel(const void* function, dim3 grid, dim3 block, void** args, size_t shared_bytes,
                            hipStream_t stream);
 }
