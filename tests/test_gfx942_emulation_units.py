@@ -137,7 +137,7 @@ def test_missing_barrier_reads_poisoned_lds(emulator):
         ("skips_barrier", r"work-items 0-76,78-255 wait at s_barrier #1 but work-items 77 finished"),
         ("skips_one_of_two_barriers", r"work-item 5 .* disagree on which barrier"),
         ("barrier_without_fence", r"s_barrier without a preceding release fence"),
-        ("divergent_mfma", r"lanes 0-31 wait at v_mfma_f32_32x32x16_fp8_fp8 while lanes 32-63 went on"),
+        ("divergent_mfma", r"lanes 0-31 wait at v_mfma_f32_32x32x16_fp8_fp8 but lanes 32-63 have returned"),
     ],
 )
 def test_broken_discipline_is_reported(emulator, kernel, message):
@@ -165,8 +165,14 @@ def test_ds_bpermute_reads_the_addressed_lane(emulator):
     assert torch.equal(out, value[source])
 
 
-def test_shfl_xor_max_over_16_lanes(emulator):
+@pytest.mark.parametrize("early_exit", [False, True])
+def test_shfl_xor_max_over_16_lanes(emulator, early_exit):
+    """The activation quantizer's group maximum; lanes that returned are inactive, as under EXEC."""
     x = torch.randn(512, generator=torch.Generator().manual_seed(5))
-    out = torch.zeros(512, dtype=torch.int32)
-    emulator.run_selftest("max_over_16_lanes", 2, 256, out, x.view(torch.int32))
-    assert torch.equal(out.view(torch.float32), x.view(-1, 16).amax(dim=1).repeat_interleave(16))
+    out = torch.full((512,), -1, dtype=torch.int32)
+    kernel = "max_over_16_lanes" + "_after_early_exit" * early_exit
+    emulator.run_selftest(kernel, 2, 256, out, x.view(torch.int32))
+    expected = x.view(-1, 16).amax(dim=1).repeat_interleave(16).view(torch.int32)
+    if early_exit:
+        expected.view(-1, 64)[:, 48:] = -1
+    assert torch.equal(out, expected)

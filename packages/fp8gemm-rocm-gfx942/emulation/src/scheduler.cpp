@@ -80,12 +80,15 @@ Worker::~Worker() {
 }
 
 void Worker::poison_lds() {
-  // The kernels' __shared__ variables are the thread_locals of their module: one block, found
-  // through the module's anchor (touching it also makes the loader allocate the block here).
-  TlsBlock block{launch_.kernel->tls_anchor()};
-  dl_iterate_phdr(find_tls_block, &block);
-  if (!block.start) throw std::runtime_error("gfx942 emulator: cannot find the kernels' LDS (thread-local block)");
-  std::memset(block.start, kLdsPoison, block.bytes);
+  // The kernels' __shared__ variables are the thread_locals of their module: one block, found once
+  // per thread through the module's anchor (touching it makes the loader allocate the block here).
+  if (!lds_) {
+    TlsBlock block{launch_.kernel->tls_anchor()};
+    dl_iterate_phdr(find_tls_block, &block);
+    if (!block.start) throw std::runtime_error("gfx942 emulator: cannot find the kernels' LDS (thread-local block)");
+    lds_ = block.start, lds_bytes_ = block.bytes;
+  }
+  std::memset(lds_, kLdsPoison, lds_bytes_);
 }
 
 void Worker::fiber_main(void* arg) {
@@ -145,41 +148,54 @@ bool Worker::run(const unsigned group[3], uint64_t linear_index) {
 bool Worker::run_wave(unsigned wave) {
   const unsigned begin = wave * kWaveSize, end = begin + kWaveSize < size_ ? begin + kWaveSize : size_;
   for (;;) {
-    unsigned at_op = 0;
+    unsigned at_op = 0, done = 0;
     for (unsigned i = begin; i < end; ++i) {
       if (items_[i].state == State::Ready) resume(items_[i]);
       if (items_[i].state == State::Failed) return false;
       at_op += items_[i].state == State::AtWaveOp;
+      done += items_[i].state == State::Done;
     }
     if (at_op == 0) return true;
-    if (at_op == end - begin) {
-      if (!execute_wave_op(wave)) return false;
+    // Lanes that have returned are inactive, as under an EXEC mask; lanes that went on to a barrier
+    // or elsewhere mean divergence the emulator cannot order.
+    if (at_op + done == end - begin) {
+      if (!execute_wave_op(wave, begin, end)) return false;
       continue;
     }
     std::vector<unsigned> waiting, elsewhere;
-    for (unsigned i = begin; i < end; ++i) (items_[i].state == State::AtWaveOp ? waiting : elsewhere).push_back(i - begin);
+    for (unsigned i = begin; i < end; ++i) {
+      if (items_[i].state == State::AtWaveOp) waiting.push_back(i - begin);
+      if (items_[i].state == State::AtBarrier) elsewhere.push_back(i - begin);
+    }
     error_ = "wave " + std::to_string(wave) + ": lanes " + range_list(waiting) + " wait at " +
              op_name(items_[begin + waiting[0]].op) + " while lanes " + range_list(elsewhere) +
-             " went on to a barrier or the end: a wave-level instruction needs all 64 lanes";
+             " went on to a barrier: divergent control flow around a wave-level instruction";
     return false;
   }
 }
 
-bool Worker::execute_wave_op(unsigned wave) {
-  WorkItem* lanes = &items_[wave * kWaveSize];
-  const unsigned count = size_ - wave * kWaveSize < kWaveSize ? size_ - wave * kWaveSize : kWaveSize;
-  for (unsigned l = 1; l < count; ++l) {
-    if (lanes[l].op != lanes[0].op || lanes[l].site != lanes[0].site || lanes[l].wave_ops != lanes[0].wave_ops) {
-      error_ = "wave " + std::to_string(wave) + ": lane 0 and lane " + std::to_string(l) +
-               " reached different wave-level instructions (" + op_name(lanes[0].op) + " #" +
-               std::to_string(lanes[0].wave_ops) + " vs " + op_name(lanes[l].op) + " #" +
-               std::to_string(lanes[l].wave_ops) + "): divergent control flow";
+bool Worker::execute_wave_op(unsigned wave, unsigned begin, unsigned end) {
+  std::vector<WorkItem*> active;
+  for (unsigned i = begin; i < end; ++i)
+    if (items_[i].state == State::AtWaveOp) active.push_back(&items_[i]);
+  const WorkItem& first = *active[0];
+  for (const WorkItem* w : active) {
+    if (w->op != first.op || w->site != first.site || w->wave_ops != first.wave_ops) {
+      error_ = "wave " + std::to_string(wave) + ": lanes " + std::to_string(first.lane) + " and " +
+               std::to_string(w->lane) + " wait at different wave-level instructions (" + op_name(first.op) + " #" +
+               std::to_string(first.wave_ops) + " vs " + op_name(w->op) + " #" + std::to_string(w->wave_ops) +
+               "): divergent control flow";
       return false;
     }
   }
-  if (lanes[0].op == WaveOp::Mfma) {
-    if (count != kWaveSize) {
-      error_ = "wave " + std::to_string(wave) + " has " + std::to_string(count) + " work-items; MFMA needs 64";
+  WorkItem* lanes = &items_[begin];
+  if (first.op == WaveOp::Mfma) {
+    if (active.size() != kWaveSize) {
+      std::vector<unsigned> waiting, gone;
+      for (unsigned i = begin; i < end; ++i) (items_[i].state == State::AtWaveOp ? waiting : gone).push_back(i - begin);
+      error_ = "wave " + std::to_string(wave) + ": lanes " + range_list(waiting) +
+               " wait at v_mfma_f32_32x32x16_fp8_fp8 but lanes " + range_list(gone) +
+               " have returned or do not exist: the instruction needs all 64 lanes";
       return false;
     }
     uint64_t a[kWaveSize], b[kWaveSize];
@@ -196,15 +212,16 @@ bool Worker::execute_wave_op(unsigned wave) {
     for (unsigned l = 0; l < kWaveSize; ++l) std::memcpy(lanes[l].acc, d[l], sizeof d[l]);
   } else {
     // ds_bpermute_b32: lane l reads `value` of lane (address[l] / 4) mod 64 (the byte address of a
-    // 32-bit lane slot); a source lane outside this wave's work-items reads as 0.
+    // 32-bit lane slot); an inactive or missing source lane reads as 0 (HIP leaves it undefined).
+    const unsigned count = end - begin;
     int32_t result[kWaveSize];
-    for (unsigned l = 0; l < count; ++l) {
-      const unsigned source = (static_cast<uint32_t>(lanes[l].address) >> 2) % kWaveSize;
-      result[l] = source < count ? lanes[source].value : 0;
+    for (const WorkItem* w : active) {
+      const unsigned source = (static_cast<uint32_t>(w->address) >> 2) % kWaveSize;
+      result[w->lane] = source < count && lanes[source].state == State::AtWaveOp ? lanes[source].value : 0;
     }
-    for (unsigned l = 0; l < count; ++l) lanes[l].value = result[l];
+    for (WorkItem* w : active) w->value = result[w->lane];
   }
-  for (unsigned l = 0; l < count; ++l) lanes[l].state = State::Ready;
+  for (WorkItem* w : active) w->state = State::Ready;
   return true;
 }
 

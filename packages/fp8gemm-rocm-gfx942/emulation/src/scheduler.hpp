@@ -61,7 +61,7 @@ class Worker {
 
  private:
   bool run_wave(unsigned wave);
-  bool execute_wave_op(unsigned wave);
+  bool execute_wave_op(unsigned wave, unsigned begin, unsigned end);
   bool release_barrier();
   void resume(WorkItem& w);
   void poison_lds();
@@ -73,6 +73,8 @@ class Worker {
   std::vector<WorkItem> items_;
   char* stacks_ = nullptr;
   size_t stack_bytes_ = 0, mapped_bytes_ = 0;
+  void* lds_ = nullptr;  // this thread's copy of the kernel module's thread-local block
+  size_t lds_bytes_ = 0;
   void* scheduler_sp_ = nullptr;
   WorkItem* current_ = nullptr;
   std::string error_;

@@ -77,6 +77,12 @@ __global__ void max_over_16_lanes(int* out, const int* in) {
   out[gid()] = __builtin_bit_cast(int, x);
 }
 
+// As above, with the last 16 lanes of every wave returned first (inactive for the exchanges).
+__global__ void max_over_16_lanes_after_early_exit(int* out, const int* in) {
+  if (tid() % 64 >= 48) return;
+  max_over_16_lanes(out, in);
+}
+
 using Kernel = void (*)(int*, const int*);
 struct Named {
   const char* name;
@@ -88,6 +94,7 @@ const Named kKernels[] = {
     {"barrier_without_fence", barrier_without_fence}, {"mfma_per_lane", mfma_per_lane},
     {"divergent_mfma", divergent_mfma},   {"bpermute", bpermute},
     {"max_over_16_lanes", max_over_16_lanes},
+    {"max_over_16_lanes_after_early_exit", max_over_16_lanes_after_early_exit},
 };
 
 }  // namespace
@@ -101,6 +108,7 @@ GFX942_EMU_KERNEL(mfma_per_lane);
 GFX942_EMU_KERNEL(divergent_mfma);
 GFX942_EMU_KERNEL(bpermute);
 GFX942_EMU_KERNEL(max_over_16_lanes);
+GFX942_EMU_KERNEL(max_over_16_lanes_after_early_exit);
 
 // Launches the named kernel on `groups` x `block` work-items: 0, 1 for an unknown name, else the
 // hipError_t (the detail in gfx942_emu_last_error()).
