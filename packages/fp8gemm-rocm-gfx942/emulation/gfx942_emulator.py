@@ -1,0 +1,174 @@
+"""The gfx942 (MI300X) kernels executed on the CPU, for tests without an MI300X.
+
+``build()`` compiles the package's kernel sources (``csrc/kernels.hip`` and the host launcher
+``csrc/launch.cpp``, unchanged) with clang++ for the host against this folder's emulated HIP
+headers and runtime: each workgroup's work-items run as fibers in 64-lane wavefronts, LDS is
+per-workgroup memory, barriers and MFMA are rendezvous points, and MFMA follows AMD's documented
+register layout (src/mfma.cpp). ``Emulator.backend()`` wraps the result in the package's own
+:class:`fp8gemm.protocol.Backend` descriptor, so ``fp8gemm.gemm`` validates and launches it as it
+would on an MI300X, with CPU tensors in ``torch.float8_e4m3fnuz``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import fp8gemm
+
+EMULATION_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = EMULATION_DIR.parent
+COMPILER_ENV = "FP8GEMM_GFX942_EMU_CXX"  # the clang++ to build with (default clang++-19, else clang++)
+SOURCES_ENV = "FP8GEMM_GFX942_EMU_CSRC"  # a kernel source folder to run instead of the package's csrc/
+BACKEND_NAME = "gfx942_emulated"
+_LAUNCH_ARGS = [ctypes.c_uint64] * 6 + [ctypes.c_int64] * 8 + [ctypes.c_int, ctypes.c_uint64]
+
+
+def find_compiler() -> str | None:
+    """The clang++ that builds the emulator: $FP8GEMM_GFX942_EMU_CXX, clang++-19 or clang++."""
+    return os.environ.get(COMPILER_ENV) or shutil.which("clang++-19") or shutil.which("clang++")
+
+
+def kernel_sources() -> Path:
+    return Path(os.environ.get(SOURCES_ENV) or PACKAGE_DIR / "csrc").resolve()
+
+
+def build(build_dir: Path, csrc: Path | None = None, compiler: str | None = None) -> Path:
+    """Configures and builds the emulator and the kernels of ``csrc`` into ``build_dir`` (CMake)."""
+    compiler = compiler or find_compiler()
+    if not compiler:
+        raise RuntimeError(f"no clang++ found to build the gfx942 emulator; install clang-19 or set {COMPILER_ENV}")
+    csrc = Path(csrc or kernel_sources())
+    if not (csrc / "kernels.hip").is_file():
+        raise ValueError(f"csrc={csrc} has no kernels.hip")
+    configure = [
+        "cmake", "-S", str(EMULATION_DIR), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_CXX_COMPILER={compiler}", f"-DFP8GEMM_GFX942_CSRC={csrc}", f"-DFP8GEMM_INCLUDE={fp8gemm.get_include()}",
+    ]  # fmt: skip
+    if shutil.which("ninja"):
+        configure += ["-G", "Ninja"]
+    for cmd in (configure, ["cmake", "--build", str(build_dir), "--parallel"]):
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if run.returncode:
+            raise RuntimeError(f"{' '.join(cmd[:2])} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+    return Path(build_dir)
+
+
+class EmulationError(RuntimeError):
+    """A launch the emulator refused or a kernel that broke barrier / wave-op discipline."""
+
+
+class Emulator:
+    """The built libraries, loaded: the package's ``launch`` / ``workspace_bytes`` on the emulator."""
+
+    def __init__(self, build_dir: Path):
+        build_dir = Path(build_dir)
+        self.runtime = ctypes.CDLL(str(build_dir / "libgfx942_emu_runtime.so"))
+        self.kernels = ctypes.CDLL(str(build_dir / "libgfx942_emu_kernels.so"))
+        self.selftest = ctypes.CDLL(str(build_dir / "libgfx942_emu_selftest.so"))
+        self.runtime.gfx942_emu_last_error.restype = ctypes.c_char_p
+        self.runtime.gfx942_emu_use_cu_count.argtypes = [ctypes.c_int]
+        self.runtime.gfx942_emu_decode_fp8.restype = ctypes.c_double
+        self.runtime.gfx942_emu_mfma_f32_32x32x16_fp8.argtypes = [ctypes.c_void_p] * 4
+        self.kernels.fp8gemm_gfx942_emu_launch.argtypes = _LAUNCH_ARGS
+        self.kernels.fp8gemm_gfx942_emu_workspace_bytes.argtypes = [ctypes.c_int64] * 3
+        self.kernels.fp8gemm_gfx942_emu_workspace_bytes.restype = ctypes.c_int64
+        self.selftest.gfx942_emu_selftest_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
+        self.selftest.gfx942_emu_selftest_launch.argtypes += [ctypes.c_void_p] * 2
+        self.launches = 0  # GEMM launches so far: tests check the kernels (not a fallback) ran
+        self.use_cu_count(304)
+
+    def _error(self) -> str:
+        return self.runtime.gfx942_emu_last_error().decode()
+
+    def use_cu_count(self, cu_count: int) -> None:
+        """Later launches (on this process) see a GPU with ``cu_count`` compute units (MI300X: 304),
+        which decides split-K; each count is an emulated device of its own."""
+        if not isinstance(cu_count, int) or cu_count < 1:
+            raise ValueError(f"cu_count must be a positive int, got {cu_count!r}")
+        if self.runtime.gfx942_emu_use_cu_count(cu_count) < 0:
+            raise EmulationError(f"no emulated device left for {cu_count} CUs (64 distinct counts at most)")
+
+    def launch(self, *args: int) -> None:
+        """``fp8gemm.protocol.LaunchFn`` on the emulator; returns when the kernels have finished."""
+        self.launches += 1
+        if self.kernels.fp8gemm_gfx942_emu_launch(*args):
+            raise EmulationError(self._error())
+
+    def workspace_bytes(self, m: int, n: int, k: int) -> int:
+        size = self.kernels.fp8gemm_gfx942_emu_workspace_bytes(m, n, k)
+        if size < 0:
+            raise EmulationError(self._error())
+        return size
+
+    def decode_fp8(self, code: int) -> float:
+        return self.runtime.gfx942_emu_decode_fp8(code)
+
+    def mfma(self, a, b, c):
+        """One v_mfma_f32_32x32x16_fp8_fp8 on a wavefront's registers: ``a``, ``b`` uint64 [64] (8 FP8
+        codes per lane), ``c`` float32 [64, 16]; returns D, float32 [64, 16] (torch tensors)."""
+        import torch
+
+        a, b = a.contiguous(), b.contiguous()
+        c = c.to(torch.float32).contiguous()
+        if a.shape != (64,) or b.shape != (64,) or c.shape != (64, 16):
+            raise ValueError("a and b must be [64] (one 64-bit source per lane), c [64, 16]")
+        d = torch.empty(64, 16, dtype=torch.float32)
+        self.runtime.gfx942_emu_mfma_f32_32x32x16_fp8(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr())
+        return d
+
+    def run_selftest(self, kernel: str, groups: int, block: int, out, inp) -> None:
+        """Launches one of src/selftest_kernels.cpp on int32 CPU tensors ``out`` and ``inp``."""
+        err = self.selftest.gfx942_emu_selftest_launch(kernel.encode(), groups, block, out.data_ptr(), inp.data_ptr())
+        if err:
+            raise EmulationError(self._error() if err != 1 else f"no self-test kernel named {kernel!r}")
+
+    def backend(self):
+        """The package's Backend descriptor (src/fp8gemm_rocm_gfx942/backend.py: FP8 dtype, scale
+        layouts) with the emulated kernels behind ``launch``, named ``gfx942_emulated``."""
+        module = _emulated_extension(self)
+        descriptor = _package_backend_module(module).load()
+        info = dict(descriptor.build_info, emulated="CPU, gfx942 emulator (fibers, documented MFMA layout)")
+        return dataclasses.replace(
+            descriptor, name=BACKEND_NAME, package="fp8gemm-rocm-gfx942 (CPU emulation)", build_info=info
+        )
+
+
+def _emulated_extension(emulator: Emulator) -> types.ModuleType:
+    """Stands in for the package's compiled ``_C`` module (csrc/module.cpp)."""
+    module = types.ModuleType("_C")
+    module.launch = emulator.launch
+    module.workspace_bytes = emulator.workspace_bytes
+    module.build_info = lambda: {
+        "compiler": find_compiler() or "",
+        "targets": "gfx942 (emulated on the CPU)",
+        "kernel": f"{kernel_sources() / 'kernels.hip'}",
+    }
+    return module
+
+
+def _package_backend_module(extension: types.ModuleType) -> types.ModuleType:
+    """The package's backend.py, imported under a private name with ``extension`` as its ``_C``, so an
+    installed fp8gemm_rocm_gfx942 (a real build) is neither used nor disturbed."""
+    name = "_fp8gemm_rocm_gfx942_emulated"
+    source = PACKAGE_DIR / "src" / "fp8gemm_rocm_gfx942"
+    package_spec = importlib.util.spec_from_file_location(
+        name, source / "__init__.py", submodule_search_locations=[str(source)]
+    )
+    package = importlib.util.module_from_spec(package_spec)
+    sys.modules[name] = package
+    package_spec.loader.exec_module(package)
+    sys.modules[f"{name}._C"] = extension
+    package._C = extension
+    spec = importlib.util.spec_from_file_location(f"{name}.backend", source / "backend.py")
+    backend_module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = backend_module
+    spec.loader.exec_module(backend_module)
+    return backend_module
