@@ -31,12 +31,14 @@ def require_tool(name: str) -> str:
 
 def _pip_nvidia_tool(name: str) -> str | None:
     # nvidia-cuda-cuobjdump / -nvdisasm wheels put the binaries under site-packages/nvidia/cu*/bin.
-    for candidate in Path(sysconfig.get_paths()["purelib"]).glob(f"nvidia/cu*/bin/{name}"):
-        return str(candidate)
+    for site in [sysconfig.get_paths()["purelib"], *sys.path]:  # sys.path: a venv's system site-packages too
+        for candidate in Path(site or ".").glob(f"nvidia/cu*/bin/{name}"):
+            return str(candidate)
     return None
 
 
-def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None) -> Path:
+def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None, root: Path = ROOT) -> Path:
+    """The wheel of packages/<package> under `root` (default: this checkout), built with its own CMakeLists.txt."""
     cmd = [
         sys.executable,
         "-m",
@@ -47,7 +49,7 @@ def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None) 
         "--no-build-isolation",
         "-w",
         str(out_dir),
-        str(ROOT / "packages" / package),
+        str(root / "packages" / package),
     ]
     run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=1200)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
