@@ -3,20 +3,20 @@
 
 #include <mutex>
 
-#include "fp8gemm/cuda_device.hpp"
-#include "fp8gemm/reduce_splits.cuh"
+#include "fp8gemm/cuda/device.hpp"
+#include "fp8gemm/cuda/reduce_splits.cuh"
 #include "gemm_kernel.cuh"
 #include "launch.hpp"
 
 namespace fp8gemm_sm120 {
 namespace {
 
-constexpr fp8gemm::CudaDevices kDevices("fp8gemm-cuda-sm120");
+constexpr fp8gemm::cuda::Devices kDevices("fp8gemm-cuda-sm120");
 
 template <int WARPS_M, int STAGES>
 void launch_tiles(const Params& p, int m, int n, int splits, cudaStream_t stream, int dev) {
   using T = Traits<WARPS_M, STAGES>;
-  static std::once_flag configured[fp8gemm::kMaxDevices];  // the >48 KB shared-memory opt-in is per device
+  static std::once_flag configured[fp8gemm::cuda::kMaxDevices];  // the >48 KB shared-memory opt-in is per device
   std::call_once(configured[dev], [] {
     kDevices.check(cudaFuncSetAttribute(gemm_kernel<WARPS_M, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         T::kSmemBytes),
@@ -45,7 +45,7 @@ void launch(const fp8gemm::LaunchArgs& args) {
     launch_tiles<2, 3>(p, p.m, p.n, splits, stream, dev);
   kDevices.check(cudaGetLastError(), "GEMM kernel launch");
   if (splits > 1) {
-    fp8gemm::enqueue_reduce_splits(p.partial, p.out, p.m, p.n, p.ldo, splits, p.out_fp32, 8 * kDevices.sm_count(dev),
+    fp8gemm::cuda::enqueue_reduce_splits(p.partial, p.out, p.m, p.n, p.ldo, splits, p.out_fp32, 8 * kDevices.sm_count(dev),
                                    stream);
     kDevices.check(cudaGetLastError(), "split-K reduction launch");
   }

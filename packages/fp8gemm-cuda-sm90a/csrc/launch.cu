@@ -6,15 +6,15 @@
 #include <stdexcept>
 #include <string>
 
-#include "fp8gemm/cuda_device.hpp"
-#include "fp8gemm/reduce_splits.cuh"
+#include "fp8gemm/cuda/device.hpp"
+#include "fp8gemm/cuda/reduce_splits.cuh"
 #include "launch.hpp"
 #include "tile_launch.hpp"
 
 namespace fp8gemm_sm90a {
 namespace {
 
-constexpr fp8gemm::CudaDevices kDevices("fp8gemm-cuda-sm90a");
+constexpr fp8gemm::cuda::Devices kDevices("fp8gemm-cuda-sm90a");
 
 TileLaunch launch_of(const TileConfig& tile) {
   const int index = tile_index(tile);
@@ -74,7 +74,7 @@ void launch(const fp8gemm::LaunchArgs& args) {
   launch_of(plan.tile)(args, p, plan, stream, dev);
   kDevices.check(cudaGetLastError(), "GEMM kernel launch");
   if (plan.splits > 1) {
-    fp8gemm::enqueue_reduce_splits(p.partial, p.out, p.m, p.n, p.ldo, plan.splits, p.out_fp32, 4 * kDevices.sm_count(dev),
+    fp8gemm::cuda::enqueue_reduce_splits(p.partial, p.out, p.m, p.n, p.ldo, plan.splits, p.out_fp32, 4 * kDevices.sm_count(dev),
                                    stream);
     kDevices.check(cudaGetLastError(), "split-K reduction launch");
   }

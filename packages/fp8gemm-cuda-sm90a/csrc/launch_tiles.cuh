@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "fp8gemm/cuda_device.hpp"
+#include "fp8gemm/cuda/device.hpp"
 #include "gemm_kernel.cuh"
 #include "launch.hpp"
 #include "tile_launch.hpp"
@@ -25,8 +25,8 @@ namespace fp8gemm_sm90a {
 // (CMakeLists.txt).
 namespace {
 
-constexpr fp8gemm::CudaDevices kDevices("fp8gemm-cuda-sm90a");
-using fp8gemm::kMaxDevices;
+constexpr fp8gemm::cuda::Devices kDevices("fp8gemm-cuda-sm90a");
+using fp8gemm::cuda::kMaxDevices;
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point: no link against libcuda.
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace fp8gemm {
+namespace fp8gemm::cuda {
 
 __global__ void reduce_splits(const float* __restrict__ partial, void* out, int m, int n, int64_t ldo, int splits,
                               int out_fp32) {
@@ -39,4 +39,4 @@ inline void enqueue_reduce_splits(const float* partial, void* out, int m, int n,
                                                                                                  splits, out_fp32);
 }
 
-}  // namespace fp8gemm
+}  // namespace fp8gemm::cuda

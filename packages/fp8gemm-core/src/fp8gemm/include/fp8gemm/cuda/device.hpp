@@ -7,13 +7,13 @@
 #include <stdexcept>
 #include <string>
 
-namespace fp8gemm {
+namespace fp8gemm::cuda {
 
 constexpr int kMaxDevices = 64;
 
-class CudaDevices {
+class Devices {
  public:
-  constexpr explicit CudaDevices(const char* package) : package_(package) {}
+  constexpr explicit Devices(const char* package) : package_(package) {}
 
   // Throws std::runtime_error "<package>: <what>: <CUDA error>" (a Python RuntimeError through pybind11).
   void check(cudaError_t err, const char* what) const {
@@ -38,4 +38,4 @@ class CudaDevices {
   const char* package_;
 };
 
-}  // namespace fp8gemm
+}  // namespace fp8gemm::cuda
