@@ -100,24 +100,31 @@ def nearest_diff(code: str, others: dict[str, str], lines: int = 12) -> str:
     return f"  nearest: {name}\n" + "\n".join("    " + line for line in list(diff)[2 : 2 + lines])
 
 
+def checkout(revision: str, tree: Path) -> Path:
+    """The packages/ folder of a git revision, under `tree`."""
+    tree.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "packages"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("targets", nargs="*", default=list(TARGETS), help=", ".join(TARGETS))
     parser.add_argument("--base", default="main", help="git revision to compare the working tree against")
+    parser.add_argument("--head", help="git revision to compare instead of the working tree")
     parser.add_argument("--keep", type=Path, help="build here and keep the builds (default: a temporary folder)")
     args = parser.parse_args(argv)
     if unknown := set(args.targets) - set(TARGETS):
         parser.error(f"unknown target {sorted(unknown)}: choose from {', '.join(TARGETS)}")
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
-        base_tree = work / "base"
-        base_tree.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.base, "packages"], capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(base_tree)], input=archive.stdout, check=True)
+        base_tree = checkout(args.base, work / "base")
+        head_tree = checkout(args.head, work / "head") if args.head else ROOT
         failed = False
         for target in args.targets:
             base = build_kernels(base_tree, target, work / f"{target}-base")
-            head = build_kernels(ROOT, target, work / f"{target}-head")
+            head = build_kernels(head_tree, target, work / f"{target}-head")
             pairs, only_base, only_head = compare(base, head)
             same = sum(a == b for a, b in pairs)
             print(f"{target}: {len(pairs)} of {len(base)} kernels identical ({same} under the same name)")
@@ -127,7 +134,7 @@ def main(argv: list[str]) -> int:
             for name in only_base:
                 print(f"  only in {args.base}: {name}\n{nearest_diff(base[name], {n: head[n] for n in only_head})}")
             for name in only_head:
-                print(f"  only in the working tree: {name}")
+                print(f"  only in {args.head or 'the working tree'}: {name}")
             failed |= bool(only_base or only_head)
         return 1 if failed else 0
 

@@ -26,9 +26,7 @@ int main() {
   }
 }
 """
-FIELDS = (
-    "rows cols cluster m_blocks n_blocks splits kb_per_split grid workspace compiled group_m pairs loop"
-).split()
+FIELDS = ("rows cols cluster m_blocks n_blocks splits kb_per_split grid workspace compiled group_m pairs loop").split()
 TWO_SETS, ONE_SET, SPLIT_WARPGROUPS = 0, 1, 2  # tile_config.hpp MainLoop
 
 

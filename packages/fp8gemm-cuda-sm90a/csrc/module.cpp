@@ -4,6 +4,7 @@
 #include <string>
 
 #include "fp8gemm/backend_module.hpp"
+#include "fp8gemm/build_info.hpp"
 #include "launch.hpp"
 #include "tile_config.hpp"
 
@@ -27,14 +28,10 @@ std::string compiled_tiles() {
 }
 
 pybind11::dict build_info() {
-  pybind11::dict info;
-  info["compiler"] = FP8GEMM_CUDA_COMPILER;
-  info["cuda_runtime"] = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
-  info["arch_flags"] = FP8GEMM_ARCH_FLAGS;
-  info["targets"] = FP8GEMM_TARGETS;
+  pybind11::dict info = fp8gemm::build_info(
+      "wgmma m64nNk32 e4m3 (N 16..192, multiples of 16), TMA + mbarrier pipeline, warp-specialised, persistent, "
+      "tile chosen by a wave model, split-K for small M");
   info["tiles"] = compiled_tiles();
-  info["kernel"] = "wgmma m64nNk32 e4m3 (N 16..192, multiples of 16), TMA + mbarrier pipeline, warp-specialised, persistent, "
-                   "tile chosen by a wave model, split-K for small M";
   return info;
 }
 
