@@ -9,6 +9,8 @@
 # but PyInit__C hidden, so two builds of one package load into one process (tests/test_build_*.py); the
 # core's include folder (FP8GEMM_INCLUDE) on every include path; build_info's macros (fp8gemm/build_info.hpp).
 include_guard(GLOBAL)
+set(CMAKE_CXX_STANDARD 17)
+set(CMAKE_CUDA_STANDARD 17)
 find_package(Python REQUIRED COMPONENTS Interpreter Development.Module)
 find_package(pybind11 CONFIG REQUIRED)
 get_filename_component(FP8GEMM_INCLUDE "${CMAKE_CURRENT_LIST_DIR}/../include" ABSOLUTE)
