@@ -54,7 +54,8 @@ def _pip_nvidia_tool(name: str) -> str | None:
     return next((str(d / name) for d in _pip_nvidia_bin_dirs() if (d / name).is_file()), None)
 
 
-def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None) -> Path:
+def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None, root: Path = ROOT) -> Path:
+    """The wheel of packages/<package> under `root` (default: this checkout), built with its own CMakeLists.txt."""
     cmd = [
         sys.executable,
         "-m",
@@ -65,7 +66,7 @@ def build_wheel(package: str, out_dir: Path, env: dict[str, str] | None = None) 
         "--no-build-isolation",
         "-w",
         str(out_dir),
-        str(ROOT / "packages" / package),
+        str(root / "packages" / package),
     ]
     env = {**os.environ, "PATH": search_path(), **(env or {})}
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)

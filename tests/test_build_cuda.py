@@ -27,8 +27,7 @@ PACKAGES = {
         {"QGMMA.64x192x32.F32.E4M3.E4M3": 8, "QGMMA.64x160x32.F32.E4M3.E4M3": 16, "QGMMA.64x128x32.F32.E4M3.E4M3": 16,
          "QGMMA.64x96x32.F32.E4M3.E4M3": 32, "QGMMA.64x16x32.F32.E4M3.E4M3": 4, "UTMALDG.2D": 3,
          "UTMALDG.2D.MULTICAST": 1, "UTMASTG.2D": 1, "SYNCS.PHASECHK": 1, "USETMAXREG": 2, "WARPGROUP.ARRIVE": 1},
-        18,  # 14 tile shapes (heuristics.hpp tile_supported), 128 x 128 on the one-set loop, 64 x 16 and 64 x 32
-        # with the warpgroup K split, the split-K reduction
+        18,  # the 17 tile configurations of tile_config.hpp kTiles, the split-K reduction
     ),
 }  # fmt: skip
 
@@ -40,9 +39,12 @@ def built(request, tmp_path_factory):
     return request.param, extract_module(build_wheel(request.param, tmp / "wheel"), tmp / "unpacked")
 
 
+ONE_SET = 1  # tile_config.hpp MainLoop::kOneSet
+
+
 def sm90a_kernel_params(name: str) -> tuple[int, ...] | None:
-    """(consumers, block_n, cluster, slices, one-set loop forced) of a gemm_kernel's mangled name, else None."""
-    m = re.search(r"gemm_kernelILi(\d)ELi(\d+)ELi(\d)ELi(\d)ELb([01])E", name)
+    """(rows, cols, cluster, main loop) of a gemm_kernel's mangled name (tile_config.hpp TileConfig), else None."""
+    m = re.search(r"gemm_kernelILi(\d+)ELi(\d+)ELi(\d)ELNS_8MainLoopE(\d)E", name)
     return tuple(map(int, m.groups())) if m else None
 
 
@@ -74,21 +76,21 @@ def test_sass_has_the_fp8_tensor_core_path(built):
 
 
 def test_sm90a_one_set_k_loop_is_unrolled(built):
-    """gemm_kernel.cuh Cfg::kAlwaysUnrolled / heuristics.hpp kUnrolledMinKb (docs/decisions.md: +1%): the one-set K loop holds
-    8 unrolled K blocks besides the remainder loop's one. 256-row kernels (4,128 and 4,128,2): two 64-row
-    slices of four wgmma per block, no other copy. The other one-set tiles (2,160, 2,192, 3,128): one
-    slice, and a rolled copy for short segments; one loop per B-scale split (with_former: 4 for 160-wide
-    tiles, 2 for 192, 1 for 128). Likewise 128 x 128 tiles on long K (heuristics.hpp one_set_loop)."""
+    """kernel_traits.cuh kAlwaysUnrolled / tile_config.hpp kUnrolledMinKb: the one-set K loop holds 8 unrolled K
+    blocks besides the remainder loop's one. 256-row kernels: two 64-row slices of four wgmma per block, no other
+    copy. The other one-set tiles (128 x 160, 128 x 192, 192 x 128, and 128 x 128 on long K): one slice, and a
+    rolled copy for short segments; one loop per B-scale split (with_former: 4 for 160-wide tiles, 2 for 192,
+    1 for 128)."""
     package, module = built
     if package != "fp8gemm-cuda-sm90a":
         pytest.skip("sm90a kernels only")
-    expected = {  # (consumers, block_n, cluster, slices, one-set loop forced) -> wgmma per kernel
-        (2, 128, 1, 2, 0): (8 + 1) * 2 * 4,
-        (2, 128, 2, 2, 0): (8 + 1) * 2 * 4,
-        (2, 160, 1, 1, 0): 4 * (8 + 1 + 1) * 4,
-        (2, 192, 1, 1, 0): 2 * (8 + 1 + 1) * 4,
-        (3, 128, 1, 1, 0): 1 * (8 + 1 + 1) * 4,
-        (2, 128, 1, 1, 1): 1 * (8 + 1 + 1) * 4,
+    expected = {  # (rows, cols, cluster, main loop) -> wgmma per kernel
+        (256, 128, 1, ONE_SET): (8 + 1) * 2 * 4,
+        (256, 128, 2, ONE_SET): (8 + 1) * 2 * 4,
+        (128, 160, 1, ONE_SET): 4 * (8 + 1 + 1) * 4,
+        (128, 192, 1, ONE_SET): 2 * (8 + 1 + 1) * 4,
+        (192, 128, 1, ONE_SET): 1 * (8 + 1 + 1) * 4,
+        (128, 128, 1, ONE_SET): 1 * (8 + 1 + 1) * 4,
     }
     found = {}
     for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
@@ -101,31 +103,31 @@ def test_sm90a_one_set_k_loop_is_unrolled(built):
 
 
 def test_sm90a_decode_tiles_issue_tma_from_an_elected_lane(built):
-    """gemm_kernel.cuh Cfg::kElectedProducer (docs/decisions.md: 1.024x over 13 decode shapes): in the 64-row
+    """kernel_traits.cuh kElectedProducer (measured 1.024x over 13 decode shapes): in the 64-row
     kernels ptxas knows one thread issues the loads, so no UTMALDG sits in a uniformity loop (ELECT ...
     BRA.U.ANY: ~220 instead of ~110 cycles per stage); the wider tiles keep their lane-0 issue."""
     package, module = built
     if package != "fp8gemm-cuda-sm90a":
         pytest.skip("sm90a kernels only")
-    looped = {}  # (consumers, block_n) -> UTMALDGs followed within 4 instructions by a BRA.U.ANY
+    looped = {}  # (rows, cols) -> UTMALDGs followed within 4 instructions by a BRA.U.ANY
     for name, ops in sass_opcode_sequences(require_tool("cuobjdump"), module).items():
-        m = re.search(r"gemm_kernelILi(\d)ELi(\d+)E", name)
+        m = re.search(r"gemm_kernelILi(\d+)ELi(\d+)E", name)
         if m:
             loads = [i for i, op in enumerate(ops) if op.startswith("UTMALDG")]
             assert len(loads) >= 3, name
             key = tuple(map(int, m.groups()))
             looped[key] = looped.get(key, 0) + sum("BRA.U.ANY" in ops[i + 1 : i + 5] for i in loads)
-    decode = {key: n for key, n in looped.items() if key[0] == 1}
-    assert sorted(decode) == [(1, 16), (1, 32), (1, 64), (1, 96), (1, 128)]
+    decode = {key: n for key, n in looped.items() if key[0] == 64}
+    assert sorted(decode) == [(64, 16), (64, 32), (64, 64), (64, 96), (64, 128)]
     assert all(n == 0 for n in decode.values()), decode
-    assert all(n > 0 for key, n in looped.items() if key[0] > 1), looped  # the check sees the loops where they are
+    assert all(n > 0 for key, n in looped.items() if key[0] > 64), looped  # the check sees the loops where they are
 
 
 def test_sm90a_promotion_ffmas_read_their_operands_from_two_register_banks(built):
-    """gemm_kernel.cuh's fp32 epilogue stores 4 bytes at a time: an 8-byte store made ptxas give each running total
+    """epilogue.cuh's fp32 epilogue stores 4 bytes at a time: an 8-byte store made ptxas give each running total
     the register parity of its wgmma accumulator, so `FFMA total, acc, scale, total` read two operands from one
     bank (968 of 1152 FFMAs in the 256 x 128 kernel; DeepGEMM's kernel: 0). Fixed, the 256- and 192-row tiles ran
-    1-4% fewer SM cycles (docs/decisions.md). No FFMA in any kernel may pair same-parity accumulator and addend."""
+    1-4% fewer SM cycles. No FFMA in any kernel may pair same-parity accumulator and addend."""
     package, module = built
     if package != "fp8gemm-cuda-sm90a":
         pytest.skip("sm90a kernels only")
@@ -149,7 +151,7 @@ def test_sm90a_wgmma_is_not_serialized(built):
     """Every wait group holds a whole 128-wide K block (four k32 steps), so the tensor core runs them back to back.
     When ptxas cannot prove that no other instruction touches a wgmma's accumulators before its wait, it serialises
     every wgmma (only an info message, C7514: each QGMMA gets its own gsb0 and WARPGROUP.DEPBAR). An experiment
-    with the K-block count as a compile-time constant did that to every two-set kernel (docs/decisions.md)."""
+    with the K-block count as a compile-time constant did that to every two-set kernel."""
     package, module = built
     if package != "fp8gemm-cuda-sm90a":
         pytest.skip("sm90a kernels only")
@@ -163,7 +165,7 @@ def test_sm90a_wgmma_is_not_serialized(built):
 
 
 def test_sm90a_two_set_tiles_prefetch_their_first_b_scales(built):
-    """gemm_kernel.cuh: in the two-set kernels (up to 128 columns, 64-row slices, not the one-set loop) the TMA thread
+    """producer.cuh: in the two-set kernels (MainLoop::kTwoSets and kSplitWarpgroups) the TMA thread
     sends each tile's first B-scale line to L2 (`prefetch.global.L2`: CCTL.E.PF2) before the consumers load it; the
     one-set kernels take their B scales from the B-scale warp's segments and have none."""
     package, module = built
@@ -172,10 +174,9 @@ def test_sm90a_two_set_tiles_prefetch_their_first_b_scales(built):
     prefetches = {}
     for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
         if params := sm90a_kernel_params(name):
-            consumers, block_n, _, slices, one_set = params
-            two_set = consumers <= 2 and block_n <= 128 and slices == 1 and not one_set
+            two_set = params[3] != ONE_SET
             prefetches[name] = (two_set, ops["CCTL.E.PF2"])
-    assert sum(two_set for two_set, _ in prefetches.values()) == 11, prefetches
+    assert sum(two_set for two_set, _ in prefetches.values()) == 11, prefetches  # 9 two-set, 2 split warpgroups
     assert all((count > 0) == two_set for two_set, count in prefetches.values()), prefetches
 
 

@@ -19,17 +19,15 @@ int main() {
   long long m, n, k; int sms;
   while (std::scanf("%lld %lld %lld %d", &m, &n, &k, &sms) == 4) {
     const auto p = fp8gemm_sm90a::plan_for(m, n, k, sms);
-    std::printf("%d %d %d %d %d %d %d %d %lld %d %d %d %d %d\n", p.consumers, p.block_n, p.cluster, p.m_blocks, p.n_blocks,
+    const auto& t = p.tile;
+    std::printf("%d %d %d %d %d %d %d %d %lld %d %d %d %d\n", t.rows, t.cols, t.cluster, p.m_blocks, p.n_blocks,
                 p.splits, p.kb_per_split, p.grid, (long long)p.workspace_bytes,
-                (int)fp8gemm_sm90a::tile_supported(p.consumers, p.block_n, p.cluster), p.group_m, (int)p.placement_pairs,
-                (int)p.one_set_loop, (int)p.split_k_warpgroups);
+                (int)(fp8gemm_sm90a::tile_index(t) >= 0), p.group_m, (int)p.placement_pairs, (int)t.loop);
   }
 }
 """
-FIELDS = (
-    "consumers block_n cluster m_blocks n_blocks splits kb_per_split grid workspace supported group_m pairs one_set"
-    " wg_split"
-).split()
+FIELDS = ("rows cols cluster m_blocks n_blocks splits kb_per_split grid workspace compiled group_m pairs loop").split()
+TWO_SETS, ONE_SET, SPLIT_WARPGROUPS = 0, 1, 2  # tile_config.hpp MainLoop
 
 
 @pytest.fixture(scope="module")
@@ -44,26 +42,30 @@ def plan(tmp_path_factory):
 
 
 def plan_fields(plan, shapes, *names):
-    """The named plan fields of each shape on 132 SMs (H100/H200 SXM), as tuples."""
-    return [tuple(p[name] for name in names) for p in plan([(*s, 132) for s in shapes])]
+    """The named plan fields of each shape on 132 SMs (H100/H200 SXM), as tuples; besides the plan's own,
+    "slices" (64-row slices: rows / 64), "one_set" and "wg_split" (the main loop is that one)."""
+    derived = {"slices": lambda p: p["rows"] // 64, "one_set": lambda p: int(p["loop"] == ONE_SET),
+               "wg_split": lambda p: int(p["loop"] == SPLIT_WARPGROUPS)}  # fmt: skip
+    got = plan([(*s, 132) for s in shapes])
+    return [tuple(derived[name](p) if name in derived else p[name] for name in names) for p in got]
 
 
 def check_plan(p, m, n, k, sms):
     kb = k // 128
-    assert p["supported"], p
-    assert p["m_blocks"] == math.ceil(m / (64 * p["consumers"])) and p["n_blocks"] == math.ceil(n / p["block_n"])
+    assert p["compiled"], p  # one of tile_config.hpp kTiles, main loop included
+    assert p["m_blocks"] == math.ceil(m / p["rows"]) and p["n_blocks"] == math.ceil(n / p["cols"])
     assert p["kb_per_split"] * (p["splits"] - 1) < kb <= p["kb_per_split"] * p["splits"]  # no empty split
     assert 0 <= p["grid"] <= sms
     assert p["workspace"] == (p["splits"] * m * n * 4 if p["splits"] > 1 else 0)
     if m <= 64:
-        assert p["consumers"] == 1  # no padding rows for decode
+        assert p["rows"] == 64  # no padding rows for decode
     assert p["group_m"] in (2, 4, 16)
     if p["pairs"]:  # placement pairs: 1-CTA tiles sharing B blocks, whole clusters of 2
         assert p["cluster"] == 1 and p["m_blocks"] >= 2 and p["grid"] % 2 == 0
-    if p["one_set"]:  # the only one-set instantiation of a two-set tile (launch.cu)
-        assert (p["consumers"], p["block_n"], p["cluster"]) == (2, 128, 1) and p["kb_per_split"] >= 24
-    if p["wg_split"]:  # the warpgroup-split instantiations (launch_64xn_split.cu)
-        assert (p["consumers"], p["cluster"]) == (1, 1) and p["block_n"] in (16, 32) and p["kb_per_split"] >= 48
+    if p["loop"] == ONE_SET and p["rows"] <= 128 and p["cols"] <= 128:  # a two-set shape on long K
+        assert (p["rows"], p["cols"], p["cluster"]) == (128, 128, 1) and p["kb_per_split"] >= 24
+    if p["loop"] == SPLIT_WARPGROUPS:
+        assert (p["rows"], p["cluster"]) == (64, 1) and p["cols"] in (16, 32) and p["kb_per_split"] >= 48
 
 
 @settings(max_examples=300, deadline=None)
@@ -96,10 +98,10 @@ def test_plan_choices_on_the_benchmark_shapes(plan):
         (64, 18432, 7168),
     ]
     got = plan([(*s, 132) for s in [*shapes, (0, 256, 512)]])
-    assert [(p["consumers"], p["block_n"], p["splits"]) for p in got[:13]] == [
+    assert [(p["rows"] // 64, p["cols"], p["splits"]) for p in got[:13]] == [
         (4, 128, 1),
         (4, 128, 1),
-        (3, 128, 1),  # 2 x 192: level under do_bench, 5% slower kernels (docs/decisions.md)
+        (3, 128, 1),  # 2 x 192: level under do_bench, 5% slower kernels
         (1, 64, 1),
         (1, 128, 1),
         (1, 16, 1),
@@ -120,7 +122,7 @@ def test_rasterisation_pairs_m_blocks_only_in_a_single_unsplit_wave(plan):
     otherwise in groups of 16 (pairs measured 0.92x at 4096x32768x512, 4 waves)."""
     shapes = [(1024, 1536, 7168), (768, 2048, 7168), (1024, 1024, 7168), (4096, 4096, 7168), (4096, 32768, 512),
               (2048, 576, 7168), (384, 2112, 7168), (1024, 3072, 1536), (128, 7168, 16384)]  # fmt: skip
-    assert plan_fields(plan, shapes, "block_n", "m_blocks", "splits", "grid", "group_m") == [
+    assert plan_fields(plan, shapes, "cols", "m_blocks", "splits", "grid", "group_m") == [
         (96, 8, 1, 128, 2),  # 128 tiles of 128 x 96
         (96, 6, 1, 132, 2),
         (64, 8, 1, 128, 2),
@@ -156,7 +158,7 @@ def test_groups_of_four_where_a_wave_touches_fewer_rows(plan):
     and B than with groups of 16 (measured 1.04x at 4096x2112x7168 and 6144x2112x7168; docs/decisions.md)."""
     shapes = [(4096, 2112, 7168), (6144, 1536, 4096), (3072, 2112, 2048), (6144, 7168, 2304), (1536, 4096, 7168),
               (2048, 2112, 7168), (4096, 4096, 7168), (2048, 1536, 7168)]  # fmt: skip
-    assert plan_fields(plan, shapes, "consumers", "block_n", "cluster", "group_m") == [
+    assert plan_fields(plan, shapes, "slices", "cols", "cluster", "group_m") == [
         (3, 128, 1, 4),  # 22 x 17 tiles of 192 x 128: a wave spans all 17 N blocks of 8 M blocks
         (3, 128, 1, 4),
         (2, 192, 1, 4),
@@ -173,7 +175,7 @@ def test_one_set_loop_for_128_wide_tiles_on_long_k(plan):
     (200x7168x7168, 512x4096x4096), 0.92x at 12 (640x3072x1536), 0.98x at 4 (128x32768x512; docs/decisions.md)."""
     shapes = [(200, 7168, 7168), (512, 4096, 4096), (129, 7168, 2048), (640, 3072, 1536), (128, 32768, 512),
               (200, 7168, 3072), (1024, 1536, 7168), (4096, 4096, 7168), (256, 7168, 7168)]  # fmt: skip
-    assert plan_fields(plan, shapes, "consumers", "block_n", "kb_per_split", "one_set") == [
+    assert plan_fields(plan, shapes, "slices", "cols", "kb_per_split", "one_set") == [
         (2, 128, 56, 1),
         (2, 128, 32, 1),
         (2, 128, 16, 0),
@@ -181,7 +183,7 @@ def test_one_set_loop_for_128_wide_tiles_on_long_k(plan):
         (2, 128, 4, 0),
         (2, 128, 24, 1),
         (2, 96, 56, 0),  # 96-wide: the two-set loop measured faster
-        (4, 128, 56, 0),  # 256-row tiles have only the one-set loop
+        (4, 128, 56, 1),  # 256-row tiles: the one-set loop is their only one
         (2, 128, 56, 1),
     ]
 
@@ -194,7 +196,7 @@ def test_warpgroup_k_split_for_narrow_tiles_on_long_k(plan):
     shapes = [(64, 2112, 7168), (1, 2112, 7168), (64, 2112, 16384), (64, 1536, 7168), (48, 2112, 4096),
               (64, 2112, 2048), (64, 256, 7168), (64, 4096, 7168), (128, 2112, 7168), (128, 2112, 4096),
               (128, 4096, 7168)]  # fmt: skip
-    assert plan_fields(plan, shapes, "consumers", "block_n", "kb_per_split", "wg_split") == [
+    assert plan_fields(plan, shapes, "slices", "cols", "kb_per_split", "wg_split") == [
         (1, 16, 56, 1),
         (1, 16, 56, 1),
         (1, 16, 128, 1),

@@ -12,22 +12,12 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "fp8gemm/gemm_params.hpp"
 #include "heuristics.hpp"
 
 namespace fp8gemm_sm120 {
 
-struct Params {
-  const uint8_t* a;        // [m, k] FP8, row stride lda (bytes)
-  const uint8_t* b;        // [n, k] FP8, row stride ldb
-  const float* a_scale;    // MN-major: a_scale[kb * sa_ld + row]
-  const float* b_scale;    // K-major:  b_scale[(n / 128) * sb_ld + kb]
-  void* out;               // [m, n] bf16 or fp32, row stride ldo (elements)
-  float* partial;          // split-K: [split][m][n] fp32
-  int m, n, k;
-  int64_t lda, ldb, ldo, sa_ld, sb_ld;
-  int out_fp32;
-  int kb_per_split;
-};
+using Params = fp8gemm::GemmParams;
 
 template <int WARPS_M, int STAGES>
 struct Traits {
@@ -190,28 +180,6 @@ __global__ void __launch_bounds__(Traits<WARPS_M, STAGES>::kThreads, 1) gemm_ker
               __floats2bfloat162_rn(x, y);
         }
       }
-    }
-  }
-}
-
-// Split-K epilogue: out = sum over splits of the fp32 partials, 4 columns per thread.
-__global__ void reduce_splits(const float* __restrict__ partial, void* out, int m, int n, int64_t ldo, int splits,
-                              int out_fp32) {
-  const int64_t quads = int64_t(m) * n / 4;
-  for (int64_t q = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t idx = 4 * q;
-    float4 s = __ldg(reinterpret_cast<const float4*>(partial + idx));
-    for (int z = 1; z < splits; ++z) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(partial + int64_t(z) * m * n + idx));
-      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-    }
-    const int64_t row = idx / n, col = idx % n;
-    if (out_fp32) {
-      *reinterpret_cast<float4*>(static_cast<float*>(out) + row * ldo + col) = s;
-    } else {
-      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(out) + row * ldo + col);
-      dst[0] = __floats2bfloat162_rn(s.x, s.y);
-      dst[1] = __floats2bfloat162_rn(s.z, s.w);
     }
   }
 }

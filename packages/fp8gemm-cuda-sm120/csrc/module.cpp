@@ -1,21 +1,14 @@
 // Python binding: the protocol's module (fp8gemm/backend_module.hpp), no libtorch.
 #include <cuda_runtime_api.h>
 
-#include <string>
-
 #include "fp8gemm/backend_module.hpp"
+#include "fp8gemm/build_info.hpp"
 #include "launch.hpp"
 
 namespace {
 
 pybind11::dict build_info() {
-  pybind11::dict info;
-  info["compiler"] = FP8GEMM_CUDA_COMPILER;
-  info["cuda_runtime"] = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
-  info["arch_flags"] = FP8GEMM_ARCH_FLAGS;
-  info["targets"] = FP8GEMM_TARGETS;
-  info["kernel"] = "mma.sync m16n8k32 e4m3, ldmatrix, cp.async pipeline, split-K for small M";
-  return info;
+  return fp8gemm::build_info("mma.sync m16n8k32 e4m3, ldmatrix, cp.async pipeline, split-K for small M");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Host side of one tile shape: its tensor maps (TMA descriptors) and its launch. Included by launch.cu,
-// which instantiates most tiles, and by the launch_*.cu files that compile a tile with other ptxas options.
+// Host side of one tile configuration: its tensor maps (TMA descriptors) and its launch. Included by the
+// translation units that compile the kernels (tiles.cu, tiles_register_level10.cu), each the tiles of its Unit.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -10,13 +10,14 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
+#include "fp8gemm/cuda/device.hpp"
 #include "gemm_kernel.cuh"
 #include "launch.hpp"
+#include "tile_launch.hpp"
 
 namespace fp8gemm_sm90a {
-
-constexpr int kMaxDevices = 64;
 
 // Internal linkage: the helpers of a header that several translation units include, each TU with its own
 // copies of their function-local statics (the once-per-device shared-memory opt-in). Another build of the
@@ -24,9 +25,8 @@ constexpr int kMaxDevices = 64;
 // (CMakeLists.txt).
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string("fp8gemm-cuda-sm90a: ") + what + ": " + cudaGetErrorString(err));
-}
+constexpr fp8gemm::cuda::Devices kDevices("fp8gemm-cuda-sm90a");
+using fp8gemm::cuda::kMaxDevices;
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point: no link against libcuda.
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -37,9 +37,9 @@ EncodeTiled encode_fn() {
   static EncodeTiled fn = [] {
     void* ptr = nullptr;
     cudaDriverEntryPointQueryResult status;
-    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status),
+    kDevices.check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status),
           "cuTensorMapEncodeTiled lookup");
-    if (status != cudaDriverEntryPointSuccess || !ptr) throw std::runtime_error("fp8gemm-cuda-sm90a: driver lacks cuTensorMapEncodeTiled");
+    if (status != cudaDriverEntryPointSuccess || !ptr) kDevices.fail("driver lacks cuTensorMapEncodeTiled");
     return reinterpret_cast<EncodeTiled>(ptr);
   }();
   return fn;
@@ -56,18 +56,21 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
   const CUresult r = encode_fn()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
                                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) throw std::runtime_error("fp8gemm-cuda-sm90a: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
+  if (r != CUDA_SUCCESS) kDevices.fail("cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
   return map;
 }
 
-template <int kConsumers, int kBlockN, int kCluster, int kSub = 1, bool kOneSet = false, bool kSplitK = false>
-void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaStream_t stream, int dev) {
+template <int kIndex>
+void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaStream_t stream, int dev) {
+  constexpr TileConfig kTile = kTiles[kIndex];
+  constexpr int kBlockN = kTile.cols, kCluster = kTile.cluster;
+  using C = KernelTraits<kTile.rows, kTile.cols, kTile.cluster, kTile.loop>;
+  constexpr int kSub = C::kSub;
   const int grid = plan.grid;
-  using C = Cfg<kConsumers, kBlockN, kCluster, kSub, kOneSet, kSplitK>;
-  auto kernel = gemm_kernel<kConsumers, kBlockN, kCluster, kSub, kOneSet, kSplitK>;
+  auto kernel = gemm_kernel<kTile.rows, kTile.cols, kTile.cluster, kTile.loop>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
   std::call_once(configured[dev], [&] {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
+    kDevices.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
   });
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   // Clustered tiles load half of the shared operand each (A along N, B along M) and multicast it.
@@ -98,9 +101,8 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
   // 2-CTA clusters: multicast pairs (kCluster = 2) or the plan's placement pairs of 1-CTA tiles.
   // Persistent: no more clusters than can be resident at once (asked once per device). A GPU without
   // room for 2-CTA clusters runs placement pairs unpaired. Unpaired launches keep the attribute at 1, which
-  // is not a plain launch: it places neighbouring CTAs on different TPCs (plain: CTAs 2i and 2i + 1 on one;
-  // bench/results/sm90a_cta_placement_h200_2026-11-24.txt). The unpaired decode plans were tuned this way; a
-  // plain launch measured 0.96-1.03x there, mixed (paired ratios, sweeps "30_twenty_fourth_session" run_f to run_h).
+  // is not a plain launch: it places neighbouring CTAs on different TPCs (plain: CTAs 2i and 2i + 1 on one).
+  // The unpaired decode plans were tuned this way; a plain launch measured mixed there.
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
@@ -112,10 +114,10 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
     static int resident[kMaxDevices];
     std::call_once(asked[dev], [&] {
       config.gridDim = dim3(2);
-      check(cudaOccupancyMaxActiveClusters(&resident[dev], kernel, &config), "cluster occupancy");
+      kDevices.check(cudaOccupancyMaxActiveClusters(&resident[dev], kernel, &config), "cluster occupancy");
       if (std::getenv("FP8GEMM_DEBUG")) std::fprintf(stderr, "fp8gemm-cuda-sm90a: %d resident 2-CTA clusters\n", resident[dev]);
     });
-    if (!resident[dev] && kCluster > 1) throw std::runtime_error("fp8gemm-cuda-sm90a: no 2-CTA cluster fits on this GPU");
+    if (!resident[dev] && kCluster > 1) kDevices.fail("no 2-CTA cluster fits on this GPU");
     if (resident[dev]) config.gridDim = dim3(std::min(grid / 2, resident[dev]) * 2);  // the plan's grid is even
     else cluster.val.clusterDim.x = 1, config.gridDim = dim3(grid);
   }
@@ -126,16 +128,22 @@ void launch_tiles(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cuda
                                        a.out_kind == fp8gemm::kOutFP32 ? 2 * a.ldo : a.ldo,
                                        C::kWideStore ? 64 : 32, C::kWideStore ? 64 * kSub : 64,
                                        C::kWideStore ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
-  check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
+  kDevices.check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
+}
+
+// The launch of tile kTiles[kIndex] where this translation unit compiles it (its Unit), else null.
+template <Unit kUnit, int kIndex>
+constexpr TileLaunch launch_in_unit() {
+  if constexpr (kTiles[kIndex].unit == kUnit) return &launch_tile<kIndex>;
+  else return nullptr;
+}
+
+template <Unit kUnit, int... kIndex>
+TileLaunch unit_launch(int index, std::integer_sequence<int, kIndex...>) {
+  static constexpr TileLaunch kLaunches[] = {launch_in_unit<kUnit, kIndex>()...};
+  return index >= 0 && index < kTileCount ? kLaunches[index] : nullptr;
 }
 
 }  // namespace
-
-// Tiles compiled in translation units of their own, for ptxas --register-usage-level=10 (CMakeLists.txt).
-void launch_tiles_128x96(const fp8gemm::LaunchArgs& a, const Params& p, const Plan& plan, cudaStream_t stream, int dev);
-void launch_tiles_64x16_wg_split(const fp8gemm::LaunchArgs& a, const Params& p, const Plan& plan, cudaStream_t stream,
-                                 int dev);
-void launch_tiles_64x32_wg_split(const fp8gemm::LaunchArgs& a, const Params& p, const Plan& plan, cudaStream_t stream,
-                                 int dev);
 
 }  // namespace fp8gemm_sm90a

@@ -4,33 +4,34 @@
 #include <string>
 
 #include "fp8gemm/backend_module.hpp"
-#include "heuristics.hpp"
+#include "fp8gemm/build_info.hpp"
 #include "launch.hpp"
+#include "tile_config.hpp"
 
 namespace {
 
-// The FP8GEMM_SM90A_TILE values this build accepts ("consumers,block_n[,cluster]"), cluster 1 first:
-// what tests and ci/gpu/tune.py force one at a time.
+// The FP8GEMM_SM90A_TILE values this build accepts ("rows,cols[,cluster]"), each compiled shape once, in
+// kTiles' order: what tests and ci/gpu/tune.py force one at a time.
 std::string compiled_tiles() {
   std::string tiles;
-  for (const int cluster : {1, 2})
-    for (int consumers = 1; consumers <= 4; ++consumers)
-      for (int block_n = 16; block_n <= 192; block_n += 16)
-        if (fp8gemm_sm90a::tile_supported(consumers, block_n, cluster))
-          tiles += (tiles.empty() ? "" : " ") + std::to_string(consumers) + "," + std::to_string(block_n) +
-                   (cluster > 1 ? "," + std::to_string(cluster) : "");
+  for (int i = 0; i < fp8gemm_sm90a::kTileCount; ++i) {
+    const fp8gemm_sm90a::TileConfig& t = fp8gemm_sm90a::kTiles[i];
+    bool seen = false;
+    for (int j = 0; j < i; ++j)
+      seen |= fp8gemm_sm90a::kTiles[j].rows == t.rows && fp8gemm_sm90a::kTiles[j].cols == t.cols &&
+              fp8gemm_sm90a::kTiles[j].cluster == t.cluster;
+    if (!seen)
+      tiles += (tiles.empty() ? "" : " ") + std::to_string(t.rows) + "," + std::to_string(t.cols) +
+               (t.cluster > 1 ? "," + std::to_string(t.cluster) : "");
+  }
   return tiles;
 }
 
 pybind11::dict build_info() {
-  pybind11::dict info;
-  info["compiler"] = FP8GEMM_CUDA_COMPILER;
-  info["cuda_runtime"] = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
-  info["arch_flags"] = FP8GEMM_ARCH_FLAGS;
-  info["targets"] = FP8GEMM_TARGETS;
+  pybind11::dict info = fp8gemm::build_info(
+      "wgmma m64nNk32 e4m3 (N 16..192, multiples of 16), TMA + mbarrier pipeline, warp-specialised, persistent, "
+      "tile chosen by a wave model, split-K for small M");
   info["tiles"] = compiled_tiles();
-  info["kernel"] = "wgmma m64nNk32 e4m3 (N 16..192, multiples of 16), TMA + mbarrier pipeline, warp-specialised, persistent, "
-                   "tile chosen by a wave model, split-K for small M";
   return info;
 }
 

@@ -1,4 +1,4 @@
-// The persistent grid's tile order (gemm_kernel.cuh tile_at): which K split, M group and N group the t-th cluster
+// The persistent grid's tile order (scheduler.cuh tile_at): which K split, M group and N group the t-th cluster
 // tile is. Plain C++, so the host computes the order's divisors once per launch and tests check it without a GPU.
 #pragma once
 #include <cstdint>
@@ -14,8 +14,7 @@ namespace fp8gemm_sm90a {
 // Division by a divisor fixed at launch as a multiply-high and a shift, the magic number computed on the host (as
 // CUTLASS's FastDivmod). The tile order sits on the TMA thread's path to its first load, where each 32-bit division
 // by a runtime value is a dependent chain of ~20 instructions (I2F, MUFU.RCP, F2I, corrections): three of them made
-// that path 174 instructions long in the 64 x 64 kernel, 117 without. Two in-process runs (twenty-fifth session,
-// bench/NOTES.md): 1.004 and 1.007 geomean over 12 shapes, 128x32768x512 (four short tiles per CTA) 1.02-1.05.
+// that path 174 instructions long in the 64 x 64 kernel, 117 without (measured 1.02-1.05x where CTAs take several short tiles).
 struct FastDiv {
   uint32_t divisor = 1, multiplier = 0, shift = 0;
 

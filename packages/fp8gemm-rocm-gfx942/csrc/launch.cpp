@@ -38,17 +38,7 @@ int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) { return geometry(m, n,
 void launch(const fp8gemm::LaunchArgs& args) {
   const Geometry g = geometry(args.m, args.n, args.k, cu_count());
   if (g.grid_z > 1 && !args.workspace) throw std::runtime_error("fp8gemm-rocm-gfx942: split-K plan needs the workspace");
-  Params p{};
-  p.a = reinterpret_cast<const uint8_t*>(args.a);
-  p.b = reinterpret_cast<const uint8_t*>(args.b);
-  p.a_scale = reinterpret_cast<const float*>(args.a_scale);
-  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
-  p.out = reinterpret_cast<void*>(args.out);
-  p.partial = g.grid_z > 1 ? reinterpret_cast<float*>(args.workspace) : nullptr;
-  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
-  p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
-  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
-  p.kb_per_split = g.kb_per_split;
+  const Params p = fp8gemm::gemm_params(args, g.grid_z, g.kb_per_split);
   void* stream = reinterpret_cast<void*>(args.stream);
   check(enqueue_gemm(p, g, stream), "GEMM kernel launch");
   if (g.grid_z > 1) {

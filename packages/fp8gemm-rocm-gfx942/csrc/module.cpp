@@ -1,5 +1,6 @@
 // Python binding: no libtorch, only integers in (see fp8gemm.protocol.LaunchFn).
 #include "fp8gemm/backend_module.hpp"
+#include "fp8gemm/build_info.hpp"
 #include "launch.hpp"
 
 namespace py = pybind11;
@@ -7,14 +8,7 @@ using namespace fp8gemm_gfx942;
 
 namespace {
 
-py::dict build_info() {
-  py::dict info;
-  info["compiler"] = FP8GEMM_HIP_COMPILER_ID;
-  info["arch_flags"] = "--offload-arch=" FP8GEMM_OFFLOAD_ARCH;
-  info["targets"] = "gfx942";
-  info["kernel"] = "MFMA 32x32x16 fp8 (e4m3fnuz), LDS double buffering, split-K for small M";
-  return info;
-}
+py::dict build_info() { return fp8gemm::build_info("MFMA 32x32x16 fp8 (e4m3fnuz), LDS double buffering, split-K for small M"); }
 
 // The launch geometry launch() would use, for tests of the host-side tiling logic without a GPU.
 py::dict plan(int64_t m, int64_t n, int64_t k, int cus) {

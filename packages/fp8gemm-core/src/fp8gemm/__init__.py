@@ -7,6 +7,13 @@
 __version__ = "0.1.0"
 
 
+def get_cmake_dir() -> str:
+    """The folder holding ``fp8gemm_arch_module.cmake``, the build every arch package's CMakeLists.txt includes."""
+    import os
+
+    return os.path.join(os.path.dirname(__file__), "cmake")
+
+
 def get_include() -> str:
     """The folder holding ``fp8gemm/backend.hpp``: the protocol's C++ side, for arch-package builds."""
     import os
@@ -29,6 +36,7 @@ __all__ = [
     "describe_device",
     "from_kxm_layout",
     "gemm",
+    "get_cmake_dir",
     "get_include",
     "installed_backends",
     "linear",

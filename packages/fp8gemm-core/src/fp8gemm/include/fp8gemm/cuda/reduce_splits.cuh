@@ -1,14 +1,14 @@
-// Split-K epilogue kernel, launched by launch.cu after a split plan's GEMM kernel. A header of its own:
-// gemm_kernel.cuh is included by more than one translation unit (launch_tiles.cuh), this kernel by one.
+// The split-K reduction of the CUDA arch packages: out = sum over splits of the fp32 partials
+// ([splits][m][n], from the GEMM kernel), 4 columns per thread, in bf16 or fp32. Include in one
+// translation unit per package (it defines a kernel).
 #pragma once
-
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
-namespace fp8gemm_sm90a {
+namespace fp8gemm::cuda {
 
-// Split-K epilogue: out = sum over splits of the fp32 partials, 4 columns per thread.
 __global__ void reduce_splits(const float* __restrict__ partial, void* out, int m, int n, int64_t ldo, int splits,
                               int out_fp32) {
   const int64_t quads = int64_t(m) * n / 4;
@@ -30,4 +30,13 @@ __global__ void reduce_splits(const float* __restrict__ partial, void* out, int 
   }
 }
 
-}  // namespace fp8gemm_sm90a
+// Enqueue the reduction on `stream` with at most max_blocks blocks of 256 threads (n % 4 == 0).
+inline void enqueue_reduce_splits(const float* partial, void* out, int m, int n, int64_t ldo, int splits, int out_fp32,
+                                  int max_blocks, cudaStream_t stream) {
+  const int64_t quads = int64_t(m) * n / 4;
+  const int64_t blocks = (quads + 255) / 256;
+  reduce_splits<<<static_cast<int>(blocks < max_blocks ? blocks : max_blocks), 256, 0, stream>>>(partial, out, m, n, ldo,
+                                                                                                 splits, out_fp32);
+}
+
+}  // namespace fp8gemm::cuda

@@ -1,0 +1,143 @@
+"""Machine code of the arch packages before and after a source change, kernel by kernel, without a GPU.
+
+python3 ci/compare_sass.py [--base REF] [--keep DIR] [TARGET ...]
+
+TARGET: sm90a, sm120 (its shipped sm_120 build), sm120-sm90 (its Hopper test build), gfx942; default all.
+Each TARGET's package is built twice with its own CMakeLists.txt (pip wheel, the flags it ships with): from
+git REF (default main) and from the working tree. Each kernel's SASS (cuobjdump -sass: every instruction
+with its encoding) and resource usage (cuobjdump -res-usage), or AMDGPU ISA (llvm-objdump-19), is then
+paired with the kernel of identical code in the other build, whatever their names: a refactor that only
+moves and renames code leaves every kernel paired and the exit status 0. Unpaired kernels are listed
+with the first differing lines against the nearest kernel of the same instruction count, and the exit
+status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from isa import build_wheel, require_tool  # noqa: E402
+
+TARGETS = {  # name: (package, build environment, disassembler)
+    "sm90a": ("fp8gemm-cuda-sm90a", {}, "sass"),
+    "sm120": ("fp8gemm-cuda-sm120", {"FP8GEMM_CUDA_ARCH": "120"}, "sass"),
+    "sm120-sm90": ("fp8gemm-cuda-sm120", {"FP8GEMM_CUDA_ARCH": "90"}, "sass"),
+    "gfx942": ("fp8gemm-rocm-gfx942", {"FP8GEMM_HIP_COMPILER": "clang++-19", "FP8GEMM_HEADER_LIGHT": "ON"}, "amdgpu"),
+}
+_ADDRESS = re.compile(r"/\*[0-9a-f]{4}\*/")
+
+
+def sass_kernels(module: Path) -> dict[str, str]:
+    """Each kernel's SASS (instructions and encodings) plus its resource usage line, by mangled name."""
+    cuobjdump = require_tool("cuobjdump")
+    env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}:{os.environ['PATH']}"}  # it calls nvdisasm
+    sass = subprocess.run([cuobjdump, "-sass", str(module)], capture_output=True, text=True, env=env, check=True)
+    parts = re.split(r"^\s*Function : (\S+)\s*$", sass.stdout, flags=re.M)
+    usage = subprocess.run([cuobjdump, "-res-usage", str(module)], capture_output=True, text=True, check=True).stdout
+    resources = dict(re.findall(r"Function (\S+):\s*\n?\s*(REG:.*)", usage))
+    kernels = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [" ".join(line.split()) for line in body.splitlines()]  # column widths vary with the file
+        code = [line for line in lines if line.startswith("/*") and not line.startswith("/* 0x")]
+        encodings = [line for line in lines if line.startswith("/* 0x")]
+        kernels[name] = "\n".join([resources.get(name, ""), *code, *encodings])
+    return kernels
+
+
+def amdgpu_kernels(elf: Path) -> dict[str, str]:
+    """Each function's AMDGPU ISA (llvm-objdump-19 -d --mcpu=gfx942), addresses and encodings kept."""
+    objdump = require_tool("llvm-objdump-19")
+    asm = subprocess.run([objdump, "-d", "--mcpu=gfx942", str(elf)], capture_output=True, text=True, check=True).stdout
+    parts = re.split(r"^[0-9a-f]+ <(\S+)>:\s*$", asm, flags=re.M)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def build_kernels(tree: Path, target: str, work: Path) -> dict[str, str]:
+    package, env, kind = TARGETS[target]
+    (work / "wheel").mkdir(parents=True)
+    wheel = build_wheel(package, work / "wheel", env, root=tree)
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(work / "site")
+    if kind == "amdgpu":
+        return amdgpu_kernels(next((work / "site").glob("*/isa/kernels-gfx942.elf")))
+    return sass_kernels(next((work / "site").glob("*/_C*.so")))
+
+
+def instruction_count(text: str) -> int:
+    return sum(1 for line in text.splitlines() if _ADDRESS.match(line) or line.startswith("\t"))
+
+
+def compare(base: dict[str, str], head: dict[str, str]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """Kernels paired by identical code (base name, head name), and the unpaired ones of each side."""
+    by_code: dict[str, list[str]] = {}
+    for name, code in head.items():
+        by_code.setdefault(code, []).append(name)
+    pairs, unpaired_base = [], []
+    for name, code in sorted(base.items()):
+        if by_code.get(code):
+            pairs.append((name, by_code[code].pop(0)))
+        else:
+            unpaired_base.append(name)
+    unpaired_head = sorted(name for names in by_code.values() for name in names)
+    return pairs, unpaired_base, unpaired_head
+
+
+def nearest_diff(code: str, others: dict[str, str], lines: int = 12) -> str:
+    if not others:
+        return "  (no kernel left in the other build)"
+    name = min(others, key=lambda n: abs(instruction_count(others[n]) - instruction_count(code)))
+    diff = difflib.unified_diff(code.splitlines(), others[name].splitlines(), lineterm="", n=0)
+    return f"  nearest: {name}\n" + "\n".join("    " + line for line in list(diff)[2 : 2 + lines])
+
+
+def checkout(revision: str, tree: Path) -> Path:
+    """The packages/ folder of a git revision, under `tree`."""
+    tree.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "packages"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("targets", nargs="*", default=list(TARGETS), help=", ".join(TARGETS))
+    parser.add_argument("--base", default="main", help="git revision to compare the working tree against")
+    parser.add_argument("--head", help="git revision to compare instead of the working tree")
+    parser.add_argument("--keep", type=Path, help="build here and keep the builds (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    if unknown := set(args.targets) - set(TARGETS):
+        parser.error(f"unknown target {sorted(unknown)}: choose from {', '.join(TARGETS)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.keep or Path(tmp)
+        base_tree = checkout(args.base, work / "base")
+        head_tree = checkout(args.head, work / "head") if args.head else ROOT
+        failed = False
+        for target in args.targets:
+            base = build_kernels(base_tree, target, work / f"{target}-base")
+            head = build_kernels(head_tree, target, work / f"{target}-head")
+            pairs, only_base, only_head = compare(base, head)
+            same = sum(a == b for a, b in pairs)
+            print(f"{target}: {len(pairs)} of {len(base)} kernels identical ({same} under the same name)")
+            for a, b in pairs:
+                if a != b:
+                    print(f"  {a}\n    = {b}")
+            for name in only_base:
+                print(f"  only in {args.base}: {name}\n{nearest_diff(base[name], {n: head[n] for n in only_head})}")
+            for name in only_head:
+                print(f"  only in {args.head or 'the working tree'}: {name}")
+            failed |= bool(only_base or only_head)
+        return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

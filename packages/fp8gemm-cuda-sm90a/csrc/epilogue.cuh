@@ -1,0 +1,113 @@
+// The epilogue: a consumer warpgroup's running totals to the output. bf16 tiles leave through shared
+// memory (stmatrix) and TMA stores, issued by one thread of the warpgroup or, for 256-row tiles, by the
+// store warp (producer.cuh); fp32 output, split-K partials and 16-wide tiles are stored directly.
+// Accumulator layout: register 4g + j holds column 8g + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).
+#pragma once
+
+#include "ptx.cuh"
+#include "scheduler.cuh"
+
+namespace fp8gemm_sm90a {
+
+// One consumer warpgroup's bf16 tile from its epilogue buffer to global memory (one thread).
+template <typename C, int kBlockN, int kSub>
+__device__ __forceinline__ void store_warpgroup_tile(const CUtensorMap* map_out, const uint8_t* buf, const Params& p,
+                                                     int row0, int n_first, int warpgroup) {
+  if constexpr (C::kWideStore) {
+    const int row = row0 + warpgroup * kSub * 64;
+    if (row < p.m) {
+#pragma unroll
+      for (int c = 0; c < kBlockN / 64; ++c)
+        if (n_first + 64 * c < p.n) tma_store_2d(map_out, buf + c * (kSub * 64 * 128), n_first + 64 * c, row);
+    }
+  } else {
+#pragma unroll
+    for (int slice = 0; slice < kSub; ++slice) {
+      const int row = row0 + (warpgroup * kSub + slice) * 64;
+      if (row < p.m) {
+#pragma unroll
+        for (int c = 0; c < kBlockN / 32; ++c)
+          if (n_first + 32 * c < p.n)
+            tma_store_2d(map_out, buf + slice * 64 * kBlockN * 2 + c * 64 * 64, n_first + 32 * c, row);
+      }
+    }
+  }
+  tma_store_commit();
+}
+
+// bf16 through shared memory: stage the warpgroup's 64 kSub x BLOCK_N rows as TMA boxes, then one thread
+// (of the warpgroup, or the store warp) hands them to the TMA engine (rows past M, columns past N are
+// clipped by the tensor map) and the warpgroup moves on to its next tile while the copies drain.
+template <class C>
+__device__ __forceinline__ void epilogue_tma(const CUtensorMap* map_out, uint8_t* epilogue, const Params& p,
+                                             const Tile& tile, int warpgroup, int row_wg, int warp, int lane,
+                                             const float (&total)[C::kSub][C::kAcc]) {
+  constexpr int kSub = C::kSub, kBlockN = C::kBlockN;
+  const int n_first = tile.n_block * kBlockN;
+  uint8_t* buf = epilogue + row_wg * kSub * 64 * kBlockN * 2;
+  const bool issuer = threadIdx.x % 128 == 0;
+  if constexpr (C::kStoreWarp) {  // the store warp read the buffer out
+    named_bar_sync<160>(kEpiFreeBar + warpgroup);
+  } else {
+    if (issuer) tma_store_wait_read();  // buffer free again
+    named_bar_sync<128>(1 + warpgroup);
+  }
+  // stmatrix x4 writes four 8 x 8 bf16 matrices whose fragments are the accumulator layout:
+  // (group g, rows 0-7), (g, rows 8-15), (g + 1, rows 0-7), (g + 1, rows 8-15); lane l
+  // gives the address of row l % 8 of matrix l / 8.
+  const int q = lane / 8, r = warp * 16 + (q % 2) * 8 + lane % 8;
+  const uint32_t buf_addr = smem_u32(buf);
+  // This lane's 16-byte chunk of 8-column group `group` in slice `slice`; conflict-free.
+  auto chunk_addr = [&](int slice, int group) -> uint32_t {
+    if constexpr (C::kWideStore)  // boxes of all 64 kSub rows x 64 columns, 128-byte rows: chunk ^ row % 8
+      return buf_addr + (group / 8) * (kSub * 64 * 128) + (slice * 64 + r) * 128 + (((group % 8) ^ (r % 8)) << 4);
+    else  // per slice, 64 x 32 boxes of 64-byte rows: chunk ^ (row / 2) % 4
+      return buf_addr + slice * 64 * kBlockN * 2 + (group / 4) * 64 * 64 + r * 64 + (((group % 4) ^ ((r >> 1) & 3)) << 4);
+  };
+#pragma unroll
+  for (int slice = 0; slice < kSub; ++slice) {
+    const float* v = total[slice];
+#pragma unroll
+    for (int g = 0; g < C::kGroups; g += 2)
+      stmatrix_x4(chunk_addr(slice, g + q / 2), pack_bf16(v[4 * g], v[4 * g + 1]), pack_bf16(v[4 * g + 2], v[4 * g + 3]),
+                  pack_bf16(v[4 * g + 4], v[4 * g + 5]), pack_bf16(v[4 * g + 6], v[4 * g + 7]));
+  }
+  fence_async_shared();  // visible to the TMA engine
+  if constexpr (C::kStoreWarp) {  // hand the buffer to the store warp; no wait here
+    named_bar_arrive<160>(kEpiFullBar + warpgroup);
+    return;
+  }
+  named_bar_sync<128>(1 + warpgroup);
+  if (issuer) store_warpgroup_tile<C, kBlockN, kSub>(map_out, buf, p, tile.row0, n_first, warpgroup);
+}
+
+// fp32 output, split-K partials, narrow bf16 tiles: direct stores. N % 16 == 0, so an 8-column group is
+// wholly inside N or wholly outside.
+template <class C>
+__device__ __forceinline__ void epilogue_direct(const Params& p, const Tile& tile, int row_in_tile, int lane,
+                                                const float (&total)[C::kSub][C::kAcc]) {
+  const int n0 = tile.n_block * C::kBlockN + 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < 2 * C::kSub; ++i) {  // row (lane / 4) + 8 half of slice i / 2: one row pointer each
+    const int slice = i / 2, half = i % 2;
+    const int row = tile.row0 + row_in_tile + 64 * slice + 8 * half;
+    if (row >= p.m) continue;
+    float* row_f32 = p.partial ? p.partial + (int64_t(tile.split) * p.m + row) * p.n
+                               : static_cast<float*>(p.out) + row * p.ldo;  // fp32 out or partials
+    __nv_bfloat16* row_bf16 = static_cast<__nv_bfloat16*>(p.out) + row * p.ldo;
+    const bool f32 = p.partial || p.out_fp32;
+#pragma unroll
+    for (int g = 0; g < C::kGroups; ++g) {
+      const int col = n0 + 8 * g;
+      if (col >= p.n) continue;
+      const float x = total[slice][4 * g + 2 * half], y = total[slice][4 * g + 2 * half + 1];
+      // Two 4-byte stores, not one float2: an 8-byte store wants x in an even register, which made
+      // ptxas give every running total the register parity of its wgmma accumulator, so each
+      // promotion FFMA read two operands from one register bank.
+      if (f32) row_f32[col] = x, row_f32[col + 1] = y;
+      else *reinterpret_cast<__nv_bfloat162*>(row_bf16 + col) = __floats2bfloat162_rn(x, y);
+    }
+  }
+}
+
+}  // namespace fp8gemm_sm90a

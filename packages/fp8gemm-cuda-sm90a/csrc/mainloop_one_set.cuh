@@ -1,0 +1,62 @@
+// The one-set main loop (MainLoop::kOneSet): one accumulator set per warpgroup, each slice's K block
+// promoted before the next is issued. The B scales come from shared-memory segments that the B-scale
+// warp fills ahead (producer.cuh), each K block's read before its stage is waited for, so the scale
+// product is ready when the wgmma is issued.
+#pragma once
+
+#include "consumer.cuh"
+
+namespace fp8gemm_sm90a {
+
+// One K block of stage s, its B scales given.
+template <class C, int kCluster, class Former>
+__device__ __forceinline__ void one_set_block(Consumer<C, kCluster>& c, Former former, float (&acc)[C::kAcc],
+                                              float (&total)[C::kSub][C::kAcc], int s, float sb0, float sb1) {
+#pragma unroll
+  for (int slice = 0; slice < C::kSub; ++slice) {
+    c.issue(acc, s, slice);
+    const float sa_lo = c.a_scale_lo(s, slice);
+    const float sa_hi = c.a_scale_hi(s, slice);
+    wgmma_wait<0>();
+    if (slice == C::kSub - 1) {
+      if constexpr (C::kLane0Release) {
+        __syncwarp();
+        if (c.lane == 0) c.release(s);
+      } else {
+        c.release(s);  // every thread: see the empty barrier's count
+      }
+    }
+    promote<C>(former, total[slice], acc, sa_lo, sa_hi, sb0, sb1);
+  }
+}
+
+// The K blocks [k.begin, k.end) of one tile into `total`, segment by segment.
+template <class C, int kCluster, class Former>
+__device__ __forceinline__ void mainloop_one_set(Consumer<C, kCluster>& c, Former former, KRange k,
+                                                 float (&total)[C::kSub][C::kAcc]) {
+  constexpr int kFormer = Former::value;
+  float acc[C::kAcc];
+  for (int kb0 = k.begin; kb0 < k.end; kb0 += kSegKb, ++c.seg) {
+    const int b = c.seg & 1, count = min(kSegKb, k.end - kb0);
+    mbar_wait(&c.smem.seg_full[b], (c.seg >> 1) & 1);
+    const uint32_t row0 = c.seg_scales_addr + b * 2 * kSegKb * 4;
+    auto step = [&](int i) {
+      const float sb0 = lds_f32(row0 + 4 * i);
+      const float sb1 = kFormer < C::kGroups ? lds_f32(row0 + kSegKb * 4 + 4 * i) : 0.0f;
+      const int s = c.ring.stage;
+      mbar_wait(&c.smem.full[s], c.ring.phase);
+      one_set_block(c, former, acc, total, s, sb0, sb1);
+      c.ring.advance();
+    };
+    if (C::kAlwaysUnrolled || count >= kUnrolledMinKb) {  // see KernelTraits::kAlwaysUnrolled
+#pragma unroll 8
+      for (int i = 0; i < count; ++i) step(i);
+    } else {
+#pragma unroll 1
+      for (int i = 0; i < count; ++i) step(i);
+    }
+    mbar_arrive(&c.smem.seg_empty[b]);  // every thread, after its last read of the segment
+  }
+}
+
+}  // namespace fp8gemm_sm90a

@@ -1,0 +1,83 @@
+// The persistent tile scheduler: which (m block, n block, K split) the t-th cluster tile of a CTA is
+// (the order itself: tile_order.hpp), and the pipeline position the producer and consumers advance.
+#pragma once
+
+#include "kernel_traits.cuh"
+
+namespace fp8gemm_sm90a {
+
+struct Tile {
+  int m_block, n_block, split;
+  int row0;  // first row of A and of the output it covers (see tile_at)
+};
+
+// Cluster tiles: a cluster takes kCluster adjacent blocks along M (or along N).
+template <int kCluster, bool kAlongN>
+__host__ __device__ __forceinline__ int m_groups_of(const Params& p) { return kAlongN ? p.m_blocks : (p.m_blocks + kCluster - 1) / kCluster; }
+template <int kCluster, bool kAlongN>
+__host__ __device__ __forceinline__ int n_groups_of(const Params& p) { return kAlongN ? (p.n_blocks + kCluster - 1) / kCluster : p.n_blocks; }
+
+template <int kCluster, bool kAlongN, int kBlockM>
+__device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
+  // t counts cluster tiles. Within a split, tiles are walked in groups of group_m M blocks, M
+  // fastest inside a group (tile_order.hpp): the ~one wave of CTAs running together then touches group_m
+  // blocks of A and a wave's worth of B blocks, which stay in L2 while every CTA streams through K.
+  const TileIndex index = tile_index(p.order, t);
+  Tile tile;
+  tile.split = index.split;
+  // A cluster's padding block past the end (odd count) takes the last rows again (row0 below).
+  if constexpr (kAlongN) {
+    tile.m_block = index.m;
+    tile.n_block = index.n * kCluster + rank;
+  } else {
+    tile.m_block = index.m * kCluster + rank;
+    tile.n_block = index.n;
+  }
+  // The last M block (and a cluster's padding block past it) ends at row M instead of past it, so
+  // the rows TMA loads are real: TMA fills rows past the end far slower than it loads real ones. It
+  // recomputes rows of the block before it, and stores them again with identical values. The start
+  // is rounded up to 4 rows (at most 3 past M), since a TMA box must start 16-byte aligned in its
+  // inner dimension, M for the A scales (an illegal instruction otherwise). A tile taller than M
+  // loads boxes of its M rows instead (launch_tiles.cuh).
+  tile.row0 = min(tile.m_block * kBlockM, round_up_to_4_rows(max(p.m - kBlockM, 0)));
+  return tile;
+}
+
+// The CTA's walk over its cluster tiles: first_tile, first_tile + stride, ... below count.
+struct TileWalk {
+  int first, stride, count;
+};
+template <class C, int kCluster>
+__device__ __forceinline__ TileWalk tile_walk(const Params& p) {
+  TileWalk walk;
+  walk.count = m_groups_of<kCluster, C::kAlongN>(p) * n_groups_of<kCluster, C::kAlongN>(p) * p.splits;
+  walk.first = blockIdx.x / kCluster, walk.stride = gridDim.x / kCluster;
+  return walk;
+}
+
+// The K blocks [begin, end) of a tile's split.
+struct KRange {
+  int begin, end;
+};
+__device__ __forceinline__ KRange k_range(const Params& p, const Tile& tile, int kb_total) {
+  const int begin = tile.split * p.kb_per_split;
+  return {begin, min(kb_total, begin + p.kb_per_split)};
+}
+
+// Pipeline position: stage index and the parity of its current round, advanced together (no
+// division on the consumers' issue path).
+template <int kStages>
+struct Ring {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+  __device__ __forceinline__ void advance_by(int n) {
+    const int s = stage + n;
+    phase ^= (s / kStages) & 1;
+    stage = s % kStages;
+  }
+};
+
+}  // namespace fp8gemm_sm90a
