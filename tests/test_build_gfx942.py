@@ -40,9 +40,9 @@ def gfx942_module(gfx942_dir):
     sys.path.remove(str(gfx942_dir))
 
 
-def _disassembly(gfx942_dir) -> str:
+def _disassembly(gfx942_dir, unit: str = "kernels") -> str:
     objdump = require_tool("llvm-objdump-19")
-    elf = gfx942_dir / "fp8gemm_rocm_gfx942" / "isa" / "kernels-gfx942.elf"
+    elf = gfx942_dir / "fp8gemm_rocm_gfx942" / "isa" / f"{unit}-gfx942.elf"
     return subprocess.run([objdump, "-d", "--mcpu=gfx942", str(elf)], capture_output=True, text=True, check=True).stdout
 
 
@@ -56,6 +56,15 @@ def test_isa_has_fp8_mfma_and_no_scratch(gfx942_dir):
     assert not [op for op in ops if op.startswith(("scratch_", "buffer_store"))]
 
 
+def test_quantize_isa_reads_16_bytes_reduces_across_lanes_no_scratch(gfx942_dir):
+    asm = _disassembly(gfx942_dir, "quantize")
+    ops = re.findall(
+        r"^\s+(global_load_dwordx4|global_store_dwordx2|ds_bpermute_b32|scratch_\w+|buffer_store\w*)\b", asm, re.M
+    )
+    assert {"global_load_dwordx4", "global_store_dwordx2", "ds_bpermute_b32"} <= set(ops)
+    assert not [op for op in ops if op.startswith(("scratch_", "buffer_store"))]
+
+
 def test_code_object_targets_gfx942_sramecc_on_xnack_off(gfx942_dir):
     elf = (gfx942_dir / "fp8gemm_rocm_gfx942" / "isa" / "kernels-gfx942.elf").read_bytes()
     assert b"amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-" in elf
@@ -66,9 +75,10 @@ def _report_field(text: str, key: str) -> int:
 
 
 def test_resource_usage_no_spills_lds_fits(gfx942_dir):
-    report = (gfx942_dir / "fp8gemm_rocm_gfx942" / "isa" / "resource-usage.txt").read_text()
+    isa = gfx942_dir / "fp8gemm_rocm_gfx942" / "isa"
+    report = (isa / "kernels-resource-usage.txt").read_text() + (isa / "quantize-resource-usage.txt").read_text()
     kernels = re.split(r"remark: Function Name: ", report)[1:]
-    assert len(kernels) == 3  # two tile configs + split-K reduction
+    assert len(kernels) == 3 + 3  # two tile configs + split-K reduction; quantization from bf16, fp16, fp32
     for text in kernels:
         name = text.split()[0]
         field = functools.partial(_report_field, text)

@@ -48,4 +48,9 @@ void launch(const fp8gemm::LaunchArgs& args) {
   }
 }
 
+void quantize(const fp8gemm::QuantizeArgs& args) {
+  check(enqueue_quantize(fp8gemm::quantize_params(args), args.in_kind, reinterpret_cast<void*>(args.stream)),
+        "quantize kernel launch");
+}
+
 }  // namespace fp8gemm_gfx942

@@ -26,5 +26,6 @@ py::dict plan(int64_t m, int64_t n, int64_t k, int cus) {
 
 PYBIND11_MODULE(_C, m) {
   fp8gemm::define_backend_module(m, &launch, &workspace_bytes, &build_info);
+  fp8gemm::define_quantize_entry(m, &quantize);
   m.def("plan", &plan, "Launch geometry for (m, n, k) on a GPU with `cus` compute units");
 }

@@ -14,7 +14,8 @@
 // block makes its scale NaN; an infinity makes it infinite (so the GEMM row becomes NaN, as in bf16).
 #pragma once
 #include <stdint.h>
-#include <string.h>
+
+#include "fp8gemm/backend.hpp"
 
 #ifndef FP8GEMM_QFN
 #define FP8GEMM_QFN __device__ inline
@@ -37,15 +38,22 @@ struct QuantizeParams {
   int pow2;
 };
 
+// The kernel's view of one QuantizeArgs (host side).
+inline QuantizeParams quantize_params(const QuantizeArgs& args) {
+  return QuantizeParams{reinterpret_cast<const uint8_t*>(args.x), reinterpret_cast<uint8_t*>(args.q),
+                        reinterpret_cast<float*>(args.scale), args.m, args.k,
+                        args.ldx * (args.in_kind == kInFP32 ? 4 : 2), args.scale_ld, args.pow2};
+}
+
 FP8GEMM_QFN uint32_t float_bits(float f) {
   uint32_t u;
-  memcpy(&u, &f, 4);
+  __builtin_memcpy(&u, &f, 4);
   return u;
 }
 
 FP8GEMM_QFN float bits_float(uint32_t u) {
   float f;
-  memcpy(&f, &u, 4);
+  __builtin_memcpy(&f, &u, 4);
   return f;
 }
 

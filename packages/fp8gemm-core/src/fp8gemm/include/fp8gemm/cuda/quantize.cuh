@@ -66,9 +66,7 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_kernel(QuantizeParams 
 }
 
 inline void launch_quantize(const QuantizeArgs& args, const char* package) {
-  const QuantizeParams p{reinterpret_cast<const uint8_t*>(args.x), reinterpret_cast<uint8_t*>(args.q),
-                         reinterpret_cast<float*>(args.scale), args.m, args.k,
-                         args.ldx * (args.in_kind == kInFP32 ? 4 : 2), args.scale_ld, args.pow2};
+  const QuantizeParams p = quantize_params(args);
   const int64_t k_blocks = args.k / kQuantBlock, row_blocks = (args.m + kQuantRows - 1) / kQuantRows;
   if (k_blocks > 0x7fffffff) throw std::invalid_argument(std::string(package) + ": quantize: K too large for one launch");
   const auto stream = reinterpret_cast<cudaStream_t>(args.stream);
