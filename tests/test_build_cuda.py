@@ -21,13 +21,13 @@ from isa import (
 
 PACKAGES = {
     # package: (cubin target, {SASS opcode prefix: minimum count}, kernels in the module)
-    "fp8gemm-cuda-sm120": ("sm_120", {"QMMA.16832.F32.E4M3.E4M3": 64, "LDSM": 1, "LDGSTS": 1}, 3),
+    "fp8gemm-cuda-sm120": ("sm_120", {"QMMA.16832.F32.E4M3.E4M3": 64, "LDSM": 1, "LDGSTS": 1}, 3 + 3),  # GEMM, reduction; quantization from bf16/fp16/fp32
     "fp8gemm-cuda-sm90a": (
         "sm_90a",
         {"QGMMA.64x192x32.F32.E4M3.E4M3": 8, "QGMMA.64x160x32.F32.E4M3.E4M3": 16, "QGMMA.64x128x32.F32.E4M3.E4M3": 16,
          "QGMMA.64x96x32.F32.E4M3.E4M3": 32, "QGMMA.64x16x32.F32.E4M3.E4M3": 4, "UTMALDG.2D": 3,
          "UTMALDG.2D.MULTICAST": 1, "UTMASTG.2D": 1, "SYNCS.PHASECHK": 1, "USETMAXREG": 2, "WARPGROUP.ARRIVE": 1},
-        18,  # the 17 tile configurations of tile_config.hpp kTiles, the split-K reduction
+        18 + 3,  # the 17 tile configurations of tile_config.hpp kTiles, the split-K reduction; quantization x3
     ),
 }  # fmt: skip
 
