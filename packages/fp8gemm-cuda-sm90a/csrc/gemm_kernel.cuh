@@ -60,7 +60,6 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop>::k
     prefetch_map(&map_b);
     prefetch_map(&map_scale);
     prefetch_map(&map_out);
-    prefetch_first_b<C, kCluster>(&map_b, p, walk, rank, kb_total);
   }
   if constexpr (kCluster > 1) cluster_sync();  // peers' barriers exist before anyone signals them
   else __syncthreads();

@@ -68,19 +68,6 @@ __device__ __forceinline__ void load_tile(const SharedStorage<C>& smem, const CU
   }
 }
 
-// Before the wait for the previous grid: the first tile's B, which no earlier kernel of a layer writes, into L2
-// while that grid (the activation quantizer) still runs. A hint only: the loads come after the wait.
-template <class C, int kCluster>
-__device__ __forceinline__ void prefetch_first_b(const CUtensorMap* map_b, const Params& p, TileWalk walk, int rank,
-                                                 int kb_total) {
-  if (walk.first >= walk.count) return;
-  const Tile tile = tile_at<kCluster, C::kAlongN, C::kBlockM>(p, walk.first, rank);
-  const KRange k = k_range(p, tile, kb_total);
-  constexpr int kRows = kCluster > 1 && !C::kAlongN ? C::kBlockN / kCluster : C::kBlockN;
-  const int row = tile.n_block * C::kBlockN + (kCluster > 1 && !C::kAlongN ? rank * kRows : 0);
-  for (int kb = k.begin; kb < k.end; ++kb) tma_prefetch_2d(map_b, kb * kBlockK, row);
-}
-
 // The store warp. Per tile: hand every consumer warpgroup its buffer (once the TMA engine has read the
 // last tile's out of it: one free arrival per tile, matching the consumers' one wait), then wait for
 // each buffer to be written and store it.

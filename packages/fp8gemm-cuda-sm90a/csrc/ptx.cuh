@@ -52,9 +52,6 @@ __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 __device__ __forceinline__ void prefetch_l2(const void* line) { asm volatile("prefetch.global.L2 [%0];" ::"l"(line)); }
-__device__ __forceinline__ void tma_prefetch_2d(const CUtensorMap* map, int c0, int c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(map), "r"(c0), "r"(c1) : "memory");
-}
 
 // ---- Programmatic dependent launch: the grid before this one in the stream has finished and its
 // writes are visible (returns at once when it had finished before this grid started).
