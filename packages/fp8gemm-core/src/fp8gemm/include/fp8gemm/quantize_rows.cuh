@@ -18,7 +18,11 @@
 #include "fp8gemm/backend.hpp"
 
 #ifndef FP8GEMM_QFN
+#if defined(__CUDACC__) || defined(__HIP__)
 #define FP8GEMM_QFN __device__ inline
+#else
+#define FP8GEMM_QFN inline  // a host-compiled file that includes this header for QuantizeParams
+#endif
 #endif
 
 namespace fp8gemm {
