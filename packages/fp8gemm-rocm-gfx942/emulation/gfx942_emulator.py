@@ -106,10 +106,16 @@ class Emulator:
         if self.kernels.fp8gemm_gfx942_emu_launch(*args):
             raise EmulationError(self._error())
 
-    def quantize(self, *args: int) -> None:
-        """``fp8gemm.protocol.QuantizeFn`` on the emulator; returns when the kernel has finished."""
+    def quantize(self, x: int, q: int, scale: int, m: int, k: int, ldx: int, scale_ld: int, *rest: int) -> None:
+        """``fp8gemm.protocol.QuantizeFn`` on the emulator; returns when the kernel has finished. The
+        outputs are poisoned first (codes 0x80, NaN in e4m3fnuz; scales NaN), as the conformance
+        suite poisons GPU memory, so an element the kernel never writes cannot match by luck."""
+        if q and scale and m > 0 and k > 0 and scale_ld > 0:  # a malformed call has nothing to poison
+            ctypes.memset(q, 0x80, m * k)
+            # MN-major: K block kb holds rows at scale[kb * scale_ld + row]; the last block ends at row m.
+            ctypes.memset(scale, 0xFF, 4 * ((k // 128 - 1) * scale_ld + m))
         self.quantize_launches += 1
-        if self.kernels.fp8gemm_gfx942_emu_quantize(*args):
+        if self.kernels.fp8gemm_gfx942_emu_quantize(x, q, scale, m, k, ldx, scale_ld, *rest):
             raise EmulationError(self._error())
 
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
@@ -159,7 +165,7 @@ def _emulated_extension(emulator: Emulator) -> types.ModuleType:
     module.quantize = emulator.quantize
     module.build_info = lambda: {
         "compiler": find_compiler() or "",
-        "targets": "gfx942 (emulated on the CPU)",
+        "targets": "gfx942",  # what the kernels are written for; build_info's "emulated" says where they run
         "kernel": f"{kernel_sources() / 'kernels.hip'}",
         "quantize_kernel": f"{kernel_sources() / 'quantize.hip'}",
     }
