@@ -2,7 +2,8 @@
 # The Linear layer on a Hopper device machine: build (session.sh), the layer and quantization
 # conformance on the GPU, compute-sanitizer on the quantization kernel, then the layer benchmark
 # against the peers that travel as wheels (.whl/) and DeepGEMM (third_party/dg.tar.xz).
-# Usage (GPU machine, repo root): bash ci/gpu/layer.sh [tests] [sanitize] [bench]
+# Usage (GPU machine, repo root): bash ci/gpu/layer.sh [peers] [tests] [sanitize] [bench]
+# (peers alone: install the peers only; SKIP_BUILD=1: the packages are installed already)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export CXX=/usr/bin/g++-13 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1 FP8GEMM_TEST_DEVICE=cuda
@@ -12,6 +13,7 @@ peers() {  # torchao, transformers' Triton FP8 kernels (< 5, with the hub/tokeni
     .whl/tokenizers-*.whl >> "$OUT/peers.log" 2>&1
   mkdir -p /tmp/dg && tar xJf third_party/dg.tar.xz -C /tmp/dg && (cd /tmp/dg/DeepGEMM && bash develop.sh) >> "$OUT/peers.log" 2>&1
 }
+if [ "${1:-}" = peers ]; then peers; exit 0; fi
 if [ -z "${SKIP_BUILD:-}" ]; then
   peers & SKIP_TESTS=1 bash ci/gpu/session.sh || exit 1
   wait
@@ -21,7 +23,7 @@ python3 -c "import deep_gemm, torchao, transformers; print('peers:', transformer
 for arg in "$@"; do
   case $arg in
     tests)
-      timeout 300 python3 -m pytest tests/test_layer_conformance.py tests/test_quantize.py -q -p no:cacheprovider -x 2>&1 \
+      timeout 300 python3 -m pytest tests/test_layer_conformance.py tests/test_quantize.py tests/test_nn.py tests/test_nn_checkpoint.py tests/test_nn_transformer.py -q -p no:cacheprovider -x 2>&1 \
         | tail -6 | tee "$OUT/pytest_layer.txt" ;;
     sanitize)
       for tool in memcheck racecheck; do

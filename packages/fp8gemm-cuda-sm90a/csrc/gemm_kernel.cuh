@@ -63,6 +63,7 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop>::k
   }
   if constexpr (kCluster > 1) cluster_sync();  // peers' barriers exist before anyone signals them
   else __syncthreads();
+  wait_prior_grid();  // launched early (programmatic): everything above overlapped the previous grid
 
   if (warpgroup == C::kConsumerWGs) {
     run_producer<C, kCluster>(smem, &map_a, &map_b, &map_scale, &map_out, p, walk, rank, kb_total);

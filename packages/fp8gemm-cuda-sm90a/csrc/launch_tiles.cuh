@@ -103,11 +103,16 @@ void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaS
   // room for 2-CTA clusters runs placement pairs unpaired. Unpaired launches keep the attribute at 1, which
   // is not a plain launch: it places neighbouring CTAs on different TPCs (plain: CTAs 2i and 2i + 1 on one).
   // The unpaired decode plans were tuned this way; a plain launch measured mixed there.
-  cudaLaunchAttribute cluster;
+  cudaLaunchAttribute attrs[2];
+  cudaLaunchAttribute& cluster = attrs[0];
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  // Programmatic dependent launch: the CTAs may start while the previous grid (the activation quantizer, which
+  // releases its dependents at its start) runs; the kernel waits for it before its first read (wait_prior_grid).
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attrs;
+  config.numAttrs = 2;
   if (kCluster > 1 || plan.placement_pairs) {
     cluster.val.clusterDim.x = 2;
     static std::once_flag asked[kMaxDevices];

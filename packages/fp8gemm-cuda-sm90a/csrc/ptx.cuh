@@ -53,6 +53,10 @@ __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
 }
 __device__ __forceinline__ void prefetch_l2(const void* line) { asm volatile("prefetch.global.L2 [%0];" ::"l"(line)); }
 
+// ---- Programmatic dependent launch: the grid before this one in the stream has finished and its
+// writes are visible (returns at once when it had finished before this grid started).
+__device__ __forceinline__ void wait_prior_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 // TMA load delivered to the same offset in every CTA of `mask`, completing on each one's barrier.
 __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
                                                       uint16_t mask) {

@@ -60,6 +60,7 @@ struct E4m3Arch {
 // blockIdx.x: the K block; blockIdx.y: kQuantRows rows (grid-strided past 65535 of them).
 template <int kIn>
 __global__ void __launch_bounds__(kQuantThreads) quantize_kernel(QuantizeParams p) {
+  asm volatile("griddepcontrol.launch_dependents;");  // a GEMM launched next may start its prologue now
   for (int64_t row = static_cast<int64_t>(blockIdx.y) * kQuantRows + threadIdx.x / kQuantLanes; row < p.m;
        row += static_cast<int64_t>(gridDim.y) * kQuantRows)
     quantize_group<E4m3Arch, kIn>(p, row, blockIdx.x, threadIdx.x % kQuantLanes);  // 16-lane groups stay whole
