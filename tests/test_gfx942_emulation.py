@@ -10,6 +10,7 @@ or a removed barrier was shown to fail here)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import sys
@@ -17,7 +18,7 @@ import sys
 import fp8gemm
 import pytest
 import torch
-from fp8gemm import conformance, ops, registry
+from fp8gemm import conformance, ops, quantize, registry
 from fp8gemm.reference import oracle
 from isa import ROOT, require_tool
 
@@ -40,6 +41,24 @@ def emulator(tmp_path_factory):
     return gfx942_emulator.Emulator(build_dir)
 
 
+class StreamOrderedTorch:
+    """``torch`` as ops.py sees it, with a GPU's stream-ordered scratch memory: the fast path drops its
+    workspace tensor right after enqueuing, which the caching allocator allows on a GPU (a freed block is
+    reused only by later work on that stream), but a CPU tensor's memory is freed at once and the
+    emulated kernel would write freed memory. Its last few allocations are kept until later ones."""
+
+    def __init__(self):
+        self._recent = collections.deque(maxlen=4)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def empty(self, *args, **kwargs):
+        tensor = torch.empty(*args, **kwargs)
+        self._recent.append(tensor)
+        return tensor
+
+
 @pytest.fixture
 def mi300x(emulator, monkeypatch):
     """fp8gemm sees an MI300X with the emulated gfx942 backend installed; CPU tensors are its memory."""
@@ -47,10 +66,13 @@ def mi300x(emulator, monkeypatch):
     installed = (registry.InstalledBackend(f"{backend.name} = gfx942_emulator", backend.package, backend, None),)
     monkeypatch.setattr(registry, "installed_backends", lambda refresh=False: installed)
     monkeypatch.setattr(registry, "describe_device", lambda device: MI300X)
-    monkeypatch.setattr(ops, "device_guard", lambda device: contextlib.nullcontext())
+    for module in (ops, quantize):  # quantize holds its own reference to the guard
+        monkeypatch.setattr(module, "_device_guard", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(ops, "_device_index", lambda t: 0 if t.device.type == "cpu" else -1)
     monkeypatch.setattr(ops, "_current_device", lambda: 0)
     monkeypatch.setattr(ops, "_raw_stream", lambda index: 0)
+    monkeypatch.setattr(ops, "torch", StreamOrderedTorch())
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)  # the quantizer's
     registry.clear_caches()
     emulator.use_cu_count(MI300X_CUS)
     yield backend
@@ -59,7 +81,7 @@ def mi300x(emulator, monkeypatch):
 
 def test_the_emulated_backend_is_the_packages_descriptor(mi300x):
     assert registry.select("cpu").backend is mi300x
-    assert mi300x.fp8_dtype == "float8_e4m3fnuz" and mi300x.targets == ("gfx942",)
+    assert mi300x.fp8_dtype == "float8_e4m3fnuz" and mi300x.targets == ("gfx942",) and mi300x.quantize is not None
     assert (mi300x.a_scale_layout.order, mi300x.a_scale_layout.ld_multiple) == ("mn_major", 4)
 
 

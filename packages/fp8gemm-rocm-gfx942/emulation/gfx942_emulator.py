@@ -1,12 +1,12 @@
 """The gfx942 (MI300X) kernels executed on the CPU, for tests without an MI300X.
 
-``build()`` compiles the package's kernel sources (``csrc/kernels.hip`` and the host launcher
-``csrc/launch.cpp``, unchanged) with clang++ for the host against this folder's emulated HIP
+``build()`` compiles the package's kernel sources (``csrc/kernels.hip``, ``csrc/quantize.hip`` and
+the host launcher ``csrc/launch.cpp``, unchanged) with clang++ for the host against this folder's emulated HIP
 headers and runtime: each workgroup's work-items run as fibers in 64-lane wavefronts, LDS is
 per-workgroup memory, barriers and MFMA are rendezvous points, and MFMA follows AMD's documented
 register layout (src/mfma.cpp). ``Emulator.backend()`` wraps the result in the package's own
-:class:`fp8gemm.protocol.Backend` descriptor, so ``fp8gemm.gemm`` validates and launches it as it
-would on an MI300X, with CPU tensors in ``torch.float8_e4m3fnuz``.
+:class:`fp8gemm.protocol.Backend` descriptor, so ``fp8gemm.gemm`` and ``fp8gemm.quantize_activation``
+validate and launch it as they would on an MI300X, with CPU tensors in ``torch.float8_e4m3fnuz``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ COMPILER_ENV = "FP8GEMM_GFX942_EMU_CXX"  # the clang++ to build with (default cl
 SOURCES_ENV = "FP8GEMM_GFX942_EMU_CSRC"  # a kernel source folder to run instead of the package's csrc/
 BACKEND_NAME = "gfx942_emulated"
 _LAUNCH_ARGS = [ctypes.c_uint64] * 6 + [ctypes.c_int64] * 8 + [ctypes.c_int, ctypes.c_uint64]
+_QUANTIZE_ARGS = [ctypes.c_uint64] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 2 + [ctypes.c_uint64]
 
 
 def find_compiler() -> str | None:
@@ -46,8 +47,9 @@ def build(build_dir: Path, csrc: Path | None = None, compiler: str | None = None
     if not compiler:
         raise RuntimeError(f"no clang++ found to build the gfx942 emulator; install clang-19 or set {COMPILER_ENV}")
     csrc = Path(csrc or kernel_sources())
-    if not (csrc / "kernels.hip").is_file():
-        raise ValueError(f"csrc={csrc} has no kernels.hip")
+    missing = [name for name in ("kernels.hip", "quantize.hip", "launch.cpp") if not (csrc / name).is_file()]
+    if missing:
+        raise ValueError(f"csrc={csrc} has no {', '.join(missing)}; point it at a copy of the package's csrc/")
     configure = [
         "cmake", "-S", str(EMULATION_DIR), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
         f"-DCMAKE_CXX_COMPILER={compiler}", f"-DFP8GEMM_GFX942_CSRC={csrc}", f"-DFP8GEMM_INCLUDE={fp8gemm.get_include()}",
@@ -66,7 +68,7 @@ class EmulationError(RuntimeError):
 
 
 class Emulator:
-    """The built libraries, loaded: the package's ``launch`` / ``workspace_bytes`` on the emulator."""
+    """The built libraries, loaded: the package's ``launch`` / ``workspace_bytes`` / ``quantize`` on the emulator."""
 
     def __init__(self, build_dir: Path):
         build_dir = Path(build_dir)
@@ -80,9 +82,11 @@ class Emulator:
         self.kernels.fp8gemm_gfx942_emu_launch.argtypes = _LAUNCH_ARGS
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.argtypes = [ctypes.c_int64] * 3
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.restype = ctypes.c_int64
+        self.kernels.fp8gemm_gfx942_emu_quantize.argtypes = _QUANTIZE_ARGS
         self.selftest.gfx942_emu_selftest_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
         self.selftest.gfx942_emu_selftest_launch.argtypes += [ctypes.c_void_p] * 2
         self.launches = 0  # GEMM launches so far: tests check the kernels (not a fallback) ran
+        self.quantize_launches = 0
         self.use_cu_count(304)
 
     def _error(self) -> str:
@@ -100,6 +104,18 @@ class Emulator:
         """``fp8gemm.protocol.LaunchFn`` on the emulator; returns when the kernels have finished."""
         self.launches += 1
         if self.kernels.fp8gemm_gfx942_emu_launch(*args):
+            raise EmulationError(self._error())
+
+    def quantize(self, x: int, q: int, scale: int, m: int, k: int, ldx: int, scale_ld: int, *rest: int) -> None:
+        """``fp8gemm.protocol.QuantizeFn`` on the emulator; returns when the kernel has finished. The
+        outputs are poisoned first (codes 0x80, NaN in e4m3fnuz; scales NaN), as the conformance
+        suite poisons GPU memory, so an element the kernel never writes cannot match by luck."""
+        if q and scale and m > 0 and k > 0 and scale_ld > 0:  # a malformed call has nothing to poison
+            ctypes.memset(q, 0x80, m * k)
+            # MN-major: K block kb holds rows at scale[kb * scale_ld + row]; the last block ends at row m.
+            ctypes.memset(scale, 0xFF, 4 * ((k // 128 - 1) * scale_ld + m))
+        self.quantize_launches += 1
+        if self.kernels.fp8gemm_gfx942_emu_quantize(x, q, scale, m, k, ldx, scale_ld, *rest):
             raise EmulationError(self._error())
 
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
@@ -132,7 +148,7 @@ class Emulator:
 
     def backend(self):
         """The package's Backend descriptor (src/fp8gemm_rocm_gfx942/backend.py: FP8 dtype, scale
-        layouts) with the emulated kernels behind ``launch``, named ``gfx942_emulated``."""
+        layouts) with the emulated kernels behind ``launch`` and ``quantize``, named ``gfx942_emulated``."""
         module = _emulated_extension(self)
         descriptor = _package_backend_module(module).load()
         info = dict(descriptor.build_info, emulated="CPU, gfx942 emulator (fibers, documented MFMA layout)")
@@ -146,10 +162,12 @@ def _emulated_extension(emulator: Emulator) -> types.ModuleType:
     module = types.ModuleType("_C")
     module.launch = emulator.launch
     module.workspace_bytes = emulator.workspace_bytes
+    module.quantize = emulator.quantize
     module.build_info = lambda: {
         "compiler": find_compiler() or "",
-        "targets": "gfx942 (emulated on the CPU)",
+        "targets": "gfx942",  # what the kernels are written for; build_info's "emulated" says where they run
         "kernel": f"{kernel_sources() / 'kernels.hip'}",
+        "quantize_kernel": f"{kernel_sources() / 'quantize.hip'}",
     }
     return module
 

@@ -1,8 +1,9 @@
-// C entry points of the emulated gfx942 backend: the package's own launch() and workspace_bytes()
-// (csrc/launch.cpp), with C++ exceptions turned into an error code and the emulator's last error.
+// C entry points of the emulated gfx942 backend: the package's own launch(), workspace_bytes() and
+// quantize() (csrc/launch.cpp), with C++ exceptions turned into an error code and the emulator's last error.
 #include <cstdint>
 #include <exception>
 
+#include "hip/hip_runtime_api.h"  // the kernel-language keywords of launch.hpp's headers, as launch.cpp has them
 #include "launch.hpp"
 
 extern "C" void gfx942_emu_set_last_error(const char* text);
@@ -27,5 +28,16 @@ extern "C" int64_t fp8gemm_gfx942_emu_workspace_bytes(int64_t m, int64_t n, int6
   } catch (const std::exception& exc) {
     gfx942_emu_set_last_error(exc.what());
     return -1;
+  }
+}
+
+extern "C" int fp8gemm_gfx942_emu_quantize(uintptr_t x, uintptr_t q, uintptr_t scale, int64_t m, int64_t k, int64_t ldx,
+                                           int64_t scale_ld, int in_kind, int pow2, uintptr_t stream) {
+  try {
+    fp8gemm_gfx942::quantize(fp8gemm::QuantizeArgs{x, q, scale, m, k, ldx, scale_ld, in_kind, pow2, stream});
+    return 0;
+  } catch (const std::exception& exc) {
+    gfx942_emu_set_last_error(exc.what());
+    return 1;
   }
 }

@@ -1,5 +1,5 @@
-// <hip/hip_runtime.h> for the CPU emulator: the kernel-language keywords and the device functions
-// the kernels use, on top of the emulated runtime API. Kernel sources compile unchanged against it
+// <hip/hip_runtime.h> for the CPU emulator: the device functions the kernels use and, through the
+// emulated runtime API, the kernel-language keywords. Kernel sources compile unchanged against it
 // (they take their FP8GEMM_HIP_HEADERS path, as under hipcc).
 #pragma once
 #include <tuple>
@@ -9,16 +9,6 @@
 #include "gfx942_emu/device.hpp"
 #include "gfx942_emu/kernels.hpp"
 #include "hip/hip_runtime_api.h"
-
-#define __global__
-#define __device__
-#define __host__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-// An AMDGPU kernel attribute that host compilers reject; launches check the block size instead.
-#define amdgpu_flat_work_group_size(min, max)
-// LDS: one copy per OS thread, and an OS thread runs one workgroup's work-items (fibers) at a time.
-#define __shared__ static thread_local
 
 #define warpSize 64
 

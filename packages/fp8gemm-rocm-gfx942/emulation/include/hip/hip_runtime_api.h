@@ -3,6 +3,8 @@
 #pragma once
 #include <cstddef>
 
+#include "hip/amd_detail/host_defines.h"
+
 typedef enum hipError_t {
   hipSuccess = 0,
   hipErrorInvalidValue = 1,
