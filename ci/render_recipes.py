@@ -41,6 +41,7 @@ class Rendered:
     about: dict = dataclasses.field(default_factory=dict)
     extra: dict = dataclasses.field(default_factory=dict)
     source: list = dataclasses.field(default_factory=list)
+    tests: list = dataclasses.field(default_factory=list)
 
 
 def render(recipe_dir: Path, platform: str = "linux-64", variants: list[Path] = ()) -> list[Rendered]:
@@ -56,7 +57,16 @@ def render(recipe_dir: Path, platform: str = "linux-64", variants: list[Path] = 
         if d.get("build", {}).get("skip") is True:
             continue
         parts = {k: d.get(k, {}) for k in ("build", "requirements", "about", "extra")}
-        out.append(Rendered(recipe_dir.name, dict(rv.variant), d["package"], **parts, source=d.get("source", [])))
+        out.append(
+            Rendered(
+                recipe_dir.name,
+                dict(rv.variant),
+                d["package"],
+                **parts,
+                source=d.get("source", []),
+                tests=d.get("tests", []),
+            )
+        )
     return out
 
 
@@ -67,7 +77,9 @@ def feedstock_source(recipe_dir: Path) -> list:
     try:
         return render(recipe_dir)[0].source
     finally:
-        os.environ.pop("FP8GEMM_SDIST_SHA256") if saved is None else os.environ.__setitem__("FP8GEMM_SDIST_SHA256", saved)
+        os.environ.pop("FP8GEMM_SDIST_SHA256") if saved is None else os.environ.__setitem__(
+            "FP8GEMM_SDIST_SHA256", saved
+        )
 
 
 def skipped_on(recipe_dir: Path, platform: str) -> bool:
@@ -176,7 +188,11 @@ def main() -> int:
             errors.append(f"{recipe_dir.name}: renders for osx-arm64; arch packages must skip non-linux-64")
         for r in rendered:
             errors += check(r, core_version)
-            keys = {k: v for k, v in r.variant.items() if k in ("python", "python_min", "cuda_compiler_version", "rocm_version")}
+            keys = {
+                k: v
+                for k, v in r.variant.items()
+                if k in ("python", "python_min", "cuda_compiler_version", "rocm_version")
+            }
             rows.append(f"{r.recipe:22} {r.package['version']:8} {r.build.get('string', ''):20} {keys}")
     print("\n".join(rows))
     for e in errors:
