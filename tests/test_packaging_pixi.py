@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "ci"))
-import check_pixi  # noqa: E402
-
-try:
-    import tomllib
-except ImportError:
-    import tomli as tomllib
+import test_repo
+from test_repo import check_pixi
 
 
 @pytest.fixture
 def manifest():
-    return tomllib.loads((ROOT / "pixi.toml").read_text())
+    return test_repo.tomllib.loads((test_repo.ROOT / "pixi.toml").read_text())
 
 
 def _platform(manifest, env: str) -> dict:
