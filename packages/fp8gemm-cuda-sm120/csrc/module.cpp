@@ -20,4 +20,7 @@ pybind11::dict build_info() {
 
 }  // namespace
 
-PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &fp8gemm_sm120::launch, &fp8gemm_sm120::workspace_bytes, &build_info); }
+PYBIND11_MODULE(_C, m) {
+  fp8gemm::define_backend_module(m, &fp8gemm_sm120::launch, &fp8gemm_sm120::workspace_bytes, &build_info);
+  fp8gemm::define_quantize_entry(m, &fp8gemm_sm120::quantize);
+}

@@ -15,6 +15,7 @@ def get_include() -> str:
 
 
 from .layouts import from_kxm_layout  # noqa: E402
+from .linear import linear  # noqa: E402
 from .ops import gemm, preferred_fp8_dtype, prepare_weight_scale  # noqa: E402
 from .protocol import Backend, ScaleLayout  # noqa: E402
 from .quantize import dequantize, quantize_activation, quantize_weight  # noqa: E402
@@ -29,6 +30,7 @@ __all__ = [
     "gemm",
     "get_include",
     "installed_backends",
+    "linear",
     "preferred_fp8_dtype",
     "prepare_weight_scale",
     "quantize_activation",

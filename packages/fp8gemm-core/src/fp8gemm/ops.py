@@ -23,7 +23,7 @@ def _raw_stream(device_index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device_index)  # a hipStream_t under ROCm torch
 
 
-def _device_guard(device: torch.device):
+def device_guard(device: torch.device):
     """Kernels launch on the current device: switch only when the tensors live elsewhere."""
     return contextlib.nullcontext() if device.index == _current_device() else torch.cuda.device(device)
 
@@ -144,7 +144,7 @@ def _run(backend_name: str, a, b, a_scale, b_scale, out, out_dtype) -> torch.Ten
         return out
     if backend is REFERENCE:
         return reference_gemm(a, b, a_scale, b_scale, out)
-    with _device_guard(a.device):
+    with device_guard(a.device):
         _launch(backend, a, b, a_scale, b_scale, out)
     return out
 

@@ -23,6 +23,9 @@ SCALE_LAYOUTS = (K_MAJOR, MN_MAJOR)
 
 OUT_BF16 = 0
 OUT_FP32 = 1
+IN_BF16 = 0
+IN_FP16 = 1
+IN_FP32 = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +65,17 @@ launch must be asynchronous, must not allocate, and must raise (not abort) on a 
 """
 
 
+QuantizeFn = Callable[..., None]
+"""``quantize(x, q, scale, m, k, ldx, scale_ld, in_kind, pow2, stream)``; all ints, all positional.
+
+One launch turns ``x`` ([m, k], row stride ``ldx`` elements, ``in_kind`` ``IN_BF16``/``IN_FP16``/``IN_FP32``)
+into ``q`` (FP8 [m, k] contiguous, the backend's ``fp8_dtype``) and ``scale`` (fp32 [m, k/128] in the
+backend's ``a_scale_layout``, leading dimension ``scale_ld``), bit-identical to
+``fp8gemm.quantize_activation``'s reference. ``pow2`` (0/1) rounds scales up to powers of two. The core
+guarantees m >= 1, k % 128 == 0, 16-byte aligned pointers and row stride; asynchronous like ``launch``.
+"""
+
+
 def _no_workspace(m: int, n: int, k: int) -> int:
     return 0
 
@@ -82,6 +96,7 @@ class Backend:
     b_scale_layout: ScaleLayout = ScaleLayout()
     workspace_bytes: Callable[[int, int, int], int] = _no_workspace
     priority: int = 0  # higher wins when several installed backends fit one device
+    quantize: QuantizeFn | None = None  # optional activation-quantization kernel; else the reference runs
 
     def __post_init__(self):
         if self.platform not in ("cuda", "rocm"):

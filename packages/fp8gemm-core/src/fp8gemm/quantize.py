@@ -1,13 +1,22 @@
-"""Quantizers producing the contract's inputs (plain torch: CPU and GPU)."""
+"""Quantizers producing the contract's inputs.
+
+``quantize_activation`` runs the backend's one-launch kernel where the device has one (bit-identical
+to the pure-torch reference below, which runs everywhere else); ``quantize_weight`` is plain torch.
+Numerics, tie and NaN rules: docs/quantization.md.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from .ops import device_guard
+from .protocol import IN_BF16, IN_FP16, IN_FP32, K_MAJOR, ScaleLayout
 from .reference import BLOCK, FP8_DTYPES
 
-# A block of all zeros would give scale 0 and 0/0 on dequantisation; this floor keeps it finite.
-_AMAX_FLOOR = 1e-12
+# The smallest normal fp32: the scale floor. Tiny blocks keep their relative precision down to
+# amax = fp8_max * 2^-126, and an all-zero block gets a finite scale.
+SCALE_FLOOR = torch.finfo(torch.float32).tiny
+_IN_KINDS = {torch.bfloat16: IN_BF16, torch.float16: IN_FP16, torch.float32: IN_FP32}
 
 
 def _check_fp8_dtype(fp8_dtype: torch.dtype) -> float:
@@ -18,32 +27,120 @@ def _check_fp8_dtype(fp8_dtype: torch.dtype) -> float:
     return torch.finfo(fp8_dtype).max
 
 
-def _scale_from_amax(amax: torch.Tensor, fp8_max: float, pow2: bool) -> torch.Tensor:
-    scale = amax.float().clamp_min(_AMAX_FLOOR) / fp8_max
-    if pow2:  # UE8M0 scales (DeepSeek-V3.1 recipe): round up so |x / scale| stays <= fp8_max
-        scale = torch.exp2(torch.ceil(torch.log2(scale)))
-    return scale
+def _round_up_pow2(scale: torch.Tensor) -> torch.Tensor:
+    """Each finite positive scale rounded up to a power of two, by its bits (exact, as the kernels do)."""
+    bits = scale.view(torch.int32)
+    exponent = bits & 0x7F800000
+    up = (bits & ~0x7FFFFF) + 0x800000
+    return torch.where((exponent != 0x7F800000) & ((bits & 0x7FFFFF) != 0), up, bits).view(torch.float32)
+
+
+def scale_from_amax(amax: torch.Tensor, fp8_max: float, pow2: bool) -> torch.Tensor:
+    """``max(amax / fp8_max, SCALE_FLOOR)``, NaN kept; ``pow2``: UE8M0 scales (DeepSeek-V3.1 recipe)."""
+    scale = amax.float() / fp8_max
+    scale = torch.where(scale < SCALE_FLOOR, SCALE_FLOOR, scale)
+    return _round_up_pow2(scale) if pow2 else scale
 
 
 def _check_source(name: str, x) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point() or x.dtype in FP8_DTYPES:
+    if x.dtype not in _IN_KINDS:
         raise TypeError(f"{name} must be a float16/bfloat16/float32 tensor, got {x.dtype}")
-    if x.shape[-1] % BLOCK:
-        raise ValueError(f"{name}'s last dim (K = {x.shape[-1]}) must be a multiple of {BLOCK}; pad it with zeros")
+    if x.dim() == 0 or x.shape[-1] == 0 or x.shape[-1] % BLOCK:
+        k = x.shape[-1] if x.dim() else None
+        raise ValueError(f"{name}'s last dim (K = {k}) must be a positive multiple of {BLOCK}; pad it with zeros")
 
 
-def _backend_defaults(device: torch.device, backend: str | None):
-    """FP8 dtype and activation-scale layout of the backend that would run on ``device``."""
+def backend_defaults(device: torch.device, backend: str | None):
+    """The backend that would run on ``device`` (None for the reference), its FP8 dtype and scale layout."""
+    from .reference import REFERENCE
     from .registry import select  # late: the registry imports the reference, not the quantizers
 
     try:
         chosen = select(device, backend).backend
     except RuntimeError:  # no backend for this GPU: plain defaults; gemm() will say what is missing
-        return torch.float8_e4m3fn, None
-    layout = getattr(chosen, "a_scale_layout", None)
-    return (getattr(torch, chosen.fp8_dtype) if chosen.fp8_dtype else torch.float8_e4m3fn), layout
+        return None, torch.float8_e4m3fn, None
+    if chosen is REFERENCE:
+        return None, torch.float8_e4m3fn, None
+    return chosen, getattr(torch, chosen.fp8_dtype), chosen.a_scale_layout
+
+
+def empty_scale(m: int, kb: int, layout: ScaleLayout | None, device) -> tuple[torch.Tensor, int]:
+    """An uninitialised fp32 [m, kb] scale tensor in ``layout`` and its leading dimension."""
+    if layout is None:
+        return torch.empty((m, kb), dtype=torch.float32, device=device), kb
+    mult = layout.ld_multiple
+    if layout.order == K_MAJOR:
+        ld = -(-kb // mult) * mult
+        return torch.empty_strided((m, kb), (ld, 1), dtype=torch.float32, device=device), ld
+    ld = max(-(-m // mult) * mult, mult)
+    return torch.empty_strided((m, kb), (1, ld), dtype=torch.float32, device=device), ld
+
+
+def reference_quantize(x2d: torch.Tensor, fp8_dtype: torch.dtype, pow2: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """[M, K] float -> (FP8 [M, K], fp32 [M, K/128] row-major): the definition every kernel matches."""
+    fp8_max = torch.finfo(fp8_dtype).max
+    m, k = x2d.shape
+    groups = x2d.float().contiguous().reshape(m, k // BLOCK, BLOCK)
+    scale = scale_from_amax(groups.abs().amax(dim=-1), fp8_max, pow2)
+    q = (groups * (1.0 / scale)[..., None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
+    return q.reshape(m, k), scale
+
+
+def _kernel_input(x2d: torch.Tensor) -> torch.Tensor:
+    """``x2d`` if the kernel can read it in place (unit column stride, 16-byte rows), else a copy."""
+    size = x2d.element_size()
+    if x2d.stride(1) == 1 and (x2d.stride(0) * size) % 16 == 0 and x2d.data_ptr() % 16 == 0:
+        return x2d
+    return x2d.clone(memory_format=torch.contiguous_format)
+
+
+def kernel_quantize(backend, x2d: torch.Tensor, pow2: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One launch of ``backend.quantize`` on the current stream of ``x2d``'s device (m >= 1)."""
+    x2d = _kernel_input(x2d)
+    m, k = x2d.shape
+    q = torch.empty((m, k), dtype=getattr(torch, backend.fp8_dtype), device=x2d.device)
+    scale, ld = empty_scale(m, k // BLOCK, backend.a_scale_layout, x2d.device)
+    stream = torch._C._cuda_getCurrentRawStream(x2d.device.index)
+    backend.quantize(x2d.data_ptr(), q.data_ptr(), scale.data_ptr(), m, k, x2d.stride(0), ld,
+                     _IN_KINDS[x2d.dtype], int(pow2), stream)  # fmt: skip
+    return q, scale
+
+
+def _quantize_activation(x, fp8_dtype, pow2_scales: bool, backend: str | None):
+    _check_source("x", x)
+    chosen, default_dtype, layout = backend_defaults(x.device, backend)
+    fp8_dtype = fp8_dtype or default_dtype
+    _check_fp8_dtype(fp8_dtype)
+    x2d = x.reshape(-1, x.shape[-1])
+    m, k = x2d.shape
+    if m == 0:
+        return torch.empty((0, k), dtype=fp8_dtype, device=x.device), empty_scale(0, k // BLOCK, layout, x.device)[0]
+    if chosen is not None and chosen.quantize is not None and getattr(torch, chosen.fp8_dtype) is fp8_dtype:
+        with device_guard(x.device):
+            return kernel_quantize(chosen, x2d, pow2_scales)
+    q, scale = reference_quantize(x2d, fp8_dtype, pow2_scales)
+    if layout is not None:
+        out, _ = empty_scale(m, k // BLOCK, layout, x.device)
+        scale = out.copy_(scale)
+    return q, scale
+
+
+@torch.library.custom_op("fp8gemm::quantize_activation", mutates_args=())
+def _quantize_op(x: torch.Tensor, fp8_dtype: torch.dtype | None, pow2_scales: bool,
+                 backend: str) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    return _quantize_activation(x, fp8_dtype, pow2_scales, backend or None)
+
+
+@_quantize_op.register_fake
+def _(x, fp8_dtype, pow2_scales, backend):
+    _check_source("x", x)
+    _, default_dtype, layout = backend_defaults(x.device, backend or None)
+    k = x.shape[-1]
+    m = x.numel() // k
+    q = x.new_empty((m, k), dtype=fp8_dtype or default_dtype)
+    return q, empty_scale(m, k // BLOCK, layout, x.device)[0]
 
 
 def quantize_activation(
@@ -51,23 +148,15 @@ def quantize_activation(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[..., K] float -> (FP8 [M, K], fp32 scales [M, K/128]), one scale per token per 128 of K.
 
-    Leading dims are flattened into M. ``pow2_scales`` rounds each scale up to a power of two.
-    ``fp8_dtype`` defaults to what the backend for ``x``'s device takes (e4m3fn on CPU), and the
-    scales come in that backend's memory layout, so ``gemm`` needs no per-call conversion.
+    Leading dims are flattened into M (any layout; rows with a 16-byte-aligned stride are read in
+    place). ``pow2_scales`` rounds each scale up to a power of two. ``fp8_dtype`` defaults to what the
+    backend for ``x``'s device takes (e4m3fn on CPU), and the scales come in that backend's memory
+    layout, so ``gemm`` needs no per-call conversion. On a GPU whose backend has a quantization kernel
+    this is one launch, bit-identical to the CPU result.
     """
-    _check_source("x", x)
-    default_dtype, layout = _backend_defaults(x.device, backend)
-    fp8_dtype = fp8_dtype or default_dtype
-    fp8_max = _check_fp8_dtype(fp8_dtype)
-    k = x.shape[-1]
-    groups = x.reshape(-1, k // BLOCK, BLOCK).float()
-    scale = _scale_from_amax(groups.abs().amax(dim=-1), fp8_max, pow2_scales)
-    q = (groups / scale[..., None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
-    if layout is not None:
-        from .validation import conform_scale
-
-        scale = conform_scale(scale, layout)[0]
-    return q.reshape(-1, k), scale
+    if torch.compiler.is_compiling():
+        return torch.ops.fp8gemm.quantize_activation(x, fp8_dtype, pow2_scales, backend or "")
+    return _quantize_activation(x, fp8_dtype, pow2_scales, backend)
 
 
 def quantize_weight(
@@ -82,14 +171,14 @@ def quantize_weight(
     _check_source("w", w)
     if w.dim() != 2:
         raise ValueError(f"w must be 2-D [N, K], got shape {tuple(w.shape)}")
-    fp8_dtype = fp8_dtype or _backend_defaults(w.device, None)[0]
+    fp8_dtype = fp8_dtype or backend_defaults(w.device, None)[1]
     fp8_max = _check_fp8_dtype(fp8_dtype)
     n, k = w.shape
     n_pad = -(-n // BLOCK) * BLOCK
     padded = torch.nn.functional.pad(w.float(), (0, 0, 0, n_pad - n))
     blocks = padded.reshape(n_pad // BLOCK, BLOCK, k // BLOCK, BLOCK)
-    scale = _scale_from_amax(blocks.abs().amax(dim=(1, 3)), fp8_max, pow2_scales)
-    q = (blocks / scale[:, None, :, None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
+    scale = scale_from_amax(blocks.abs().amax(dim=(1, 3)), fp8_max, pow2_scales)
+    q = (blocks * (1.0 / scale)[:, None, :, None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
     return q.reshape(n_pad, k)[:n].contiguous(), scale
 
 

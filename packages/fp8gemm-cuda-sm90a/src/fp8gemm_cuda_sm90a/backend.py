@@ -22,5 +22,6 @@ def load() -> Backend:
         a_scale_layout=ScaleLayout(MN_MAJOR, 4),
         b_scale_layout=ScaleLayout(K_MAJOR, 1),
         workspace_bytes=_C.workspace_bytes,
+        quantize=_C.quantize,
         priority=10,
     )

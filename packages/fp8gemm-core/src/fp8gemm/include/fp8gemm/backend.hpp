@@ -6,6 +6,7 @@
 namespace fp8gemm {
 
 enum OutKind : int { kOutBF16 = 0, kOutFP32 = 1 };
+enum InKind : int { kInBF16 = 0, kInFP16 = 1, kInFP32 = 2 };
 
 // One launch: device pointers, sizes, leading dimensions in elements, the caller's stream. The core
 // guarantees m >= 1, n % 16 == 0, k % 128 == 0, 16-byte aligned pointers and row strides, and
@@ -15,6 +16,17 @@ struct LaunchArgs {
   int64_t m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld;
   int out_kind;
   uintptr_t stream;  // cudaStream_t / hipStream_t
+};
+
+// One activation quantization: x [m, k] (row stride ldx elements, InKind) -> q [m, k] FP8, contiguous,
+// and fp32 scales [m, k/128] in the backend's a_scale_layout with leading dimension scale_ld. The core
+// guarantees m >= 1, k % 128 == 0, 16-byte aligned pointers and x row stride.
+struct QuantizeArgs {
+  uintptr_t x, q, scale;
+  int64_t m, k, ldx, scale_ld;
+  int in_kind;
+  int pow2;  // round each scale up to a power of two (UE8M0)
+  uintptr_t stream;
 };
 
 }  // namespace fp8gemm

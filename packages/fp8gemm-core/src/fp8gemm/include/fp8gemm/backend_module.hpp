@@ -1,6 +1,6 @@
 // The Python module every arch package exposes to the core (pybind11, no libtorch):
-//   launch(16 ints), workspace_bytes(m, n, k), build_info() -> dict
-// An arch package's binding is then one line:
+//   launch(16 ints), workspace_bytes(m, n, k), build_info() -> dict, and optionally quantize(10 ints)
+// An arch package's binding is then one line per entry:
 //   PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &my::launch, &my::workspace_bytes, my::build_info); }
 #pragma once
 #include <pybind11/pybind11.h>
@@ -23,6 +23,18 @@ void define_backend_module(pybind11::module_& m, Launch launch, WorkspaceBytes w
       "Enqueue one GEMM on `stream` (all arguments are integers)");
   m.def("workspace_bytes", workspace_bytes, "Scratch bytes launch() needs for this shape on the current device");
   m.def("build_info", build_info, "Compiler, toolkit, arch flags and kernel of this build");
+}
+
+// The optional activation-quantization entry (fp8gemm.protocol.QuantizeFn).
+template <class Quantize>
+void define_quantize_entry(pybind11::module_& m, Quantize quantize) {
+  m.def(
+      "quantize",
+      [quantize](uintptr_t x, uintptr_t q, uintptr_t scale, int64_t m, int64_t k, int64_t ldx, int64_t scale_ld,
+                 int in_kind, int pow2, uintptr_t stream) {
+        quantize(QuantizeArgs{x, q, scale, m, k, ldx, scale_ld, in_kind, pow2, stream});
+      },
+      "Enqueue one activation quantization on `stream` (all arguments are integers)");
 }
 
 }  // namespace fp8gemm

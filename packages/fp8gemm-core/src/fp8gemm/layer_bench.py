@@ -1,0 +1,204 @@
+"""``fp8gemm bench --layer``: the Linear layer (bf16 in, bf16 out), ours against bf16 and the peers.
+
+GPU time: every path's calls for one shape are captured in one CUDA graph that cycles through copies
+of the weight totalling at least twice the L2, so weights stream from HBM as in a model with many
+layers; the graph's replay time over its calls is the time per layer. Eager: host wall time per call.
+Method and caveats: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from .bench import environment, geomean
+from .conformance import relative_error
+from .layer_peers import BF16, GEMM_ALONE, OURS, gemm_alone, layer_paths
+from .linear import linear
+from .ops import gemm
+from .quantize import quantize_activation, quantize_weight
+
+LAYER_NK = [(2112, 7168), (7168, 2048), (4096, 7168), (24576, 1536)]
+LAYER_M = [1, 16, 64, 128, 512, 4096]
+REPLAYS = 15
+
+
+def _copies(bytes_per_copy: int, device) -> int:
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    return max(2, math.ceil(2 * l2 / max(bytes_per_copy, 1)))
+
+
+def time_graph(calls: list) -> float:
+    """Seconds per call: ``calls`` captured in one CUDA graph, median over replays."""
+    for call in calls:  # JIT compilation and autotuning stay out of the capture
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(REPLAYS):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3)
+    del graph
+    return statistics.median(times) / len(calls)
+
+
+def _weight_bytes(name: str, n: int, k: int) -> int:
+    return n * k * (2 if name == BF16 else 1)
+
+
+def time_shape(m: int, n: int, k: int, paths: dict, device) -> dict:
+    gen = torch.Generator(device=device).manual_seed(m * 7 + n * 3 + k)
+    x = torch.randn(m, k, generator=gen, device=device).bfloat16()
+    row = {"m": m, "n": n, "k": k, "us": {}, "rel_err": {}, "errors": {}}
+    for name, prepare in [*paths.items(), (GEMM_ALONE, None)]:
+        try:
+            copies = _copies(_weight_bytes(name, n, k), device)
+            weights = [torch.randn(n, k, generator=gen, device=device).div_(math.sqrt(k)).bfloat16() for _ in range(copies)]
+            if prepare is None:
+                calls = [gemm_alone(w, x) for w in weights]
+            else:
+                forwards = [prepare(w) for w in weights]
+                calls = [lambda f=f: f(x) for f in forwards]
+            row["us"][name] = time_graph(calls) * 1e6
+            if prepare is not None:
+                exact = x.double() @ weights[0].double().t()
+                row["rel_err"][name] = relative_error(forwards[0](x), exact)
+        except Exception as exc:  # a peer that cannot run this shape is reported, not fatal
+            row["errors"][name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        finally:
+            weights = calls = forwards = None
+            torch.cuda.empty_cache()
+    return row
+
+
+def eager_wall(device, m: int = 1, n: int = 256, k: int = 512, calls: int = 2000, repeats: int = 7) -> dict:
+    """Host wall time per call of ``linear`` and of ``gemm`` on pre-quantized input, same process."""
+    x = torch.randn(m, k, device=device).bfloat16()
+    qw, w_scale = quantize_weight(torch.randn(n, k, device=device))
+    qx, x_scale = quantize_activation(x)
+    funcs = {"linear": lambda: linear(x, qw, w_scale), "gemm": lambda: gemm(qx, qw, x_scale, w_scale)}
+    result = {}
+    for name, fn in funcs.items():
+        walls = []
+        for _ in range(repeats):
+            fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            walls.append((time.perf_counter() - t0) / calls * 1e6)
+        result[name] = statistics.median(walls)
+    return {"shape": [m, n, k], "us_per_call": result}
+
+
+def quantize_bandwidth(device, shapes) -> list[dict]:
+    """The quantization kernel alone (inputs cycled past the L2), as a fraction of a device copy's bandwidth."""
+    copy_gbs = _copy_bandwidth(device)
+    rows = []
+    for m, k in shapes:
+        nbytes = m * k * 2 + m * k + m * (k // 128) * 4
+        xs = [torch.randn(m, k, device=device).bfloat16() for _ in range(_copies(m * k * 2, device))]
+        seconds = time_graph([lambda x=x: quantize_activation(x) for x in xs])
+        rows.append({"m": m, "k": k, "us": seconds * 1e6, "gbs": nbytes / seconds * 1e-9, "of_copy": nbytes / seconds * 1e-9 / copy_gbs})
+        del xs
+    return [{"copy_gbs": copy_gbs}, *rows]
+
+
+def _copy_bandwidth(device) -> float:
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    seconds = time_graph([lambda: dst.copy_(src)])
+    return 2 * src.numel() / seconds * 1e-9
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Geomean speed of each path over bf16 F.linear, its slowest shape, and our layer over the GEMM alone."""
+    names = sorted({name for r in rows for name in r["us"]} - {BF16})
+    out = {}
+    for name in names:
+        ratios = [r["us"][BF16] / r["us"][name] for r in rows if name in r["us"] and BF16 in r["us"]]
+        out[name] = {"geomean_vs_bf16": geomean(ratios), "slowest_vs_bf16": min(ratios) if ratios else math.nan}
+    small = [r["us"][OURS] / r["us"][GEMM_ALONE] for r in rows if r["m"] <= 128 and OURS in r["us"] and GEMM_ALONE in r["us"]]
+    out["layer_over_gemm_alone_m_le_128_max"] = max(small) if small else math.nan
+    return out
+
+
+def run(device, shapes=None, progress=print) -> dict:
+    paths = layer_paths(device)
+    shapes = shapes or [(m, n, k) for n, k in LAYER_NK for m in LAYER_M]
+    rows = []
+    for m, n, k in shapes:
+        rows.append(time_shape(m, n, k, paths, device))
+        progress(_row_text(rows[-1]))
+    report = {"environment": environment(device, None), "paths": list(paths) + [GEMM_ALONE], "rows": rows}
+    report["environment"]["method"] = "CUDA graph over weight copies >= 2x L2; median of replays"
+    report["summary"] = summarize(rows)
+    report["eager"] = eager_wall(device)
+    big = sorted({(m, k) for m, _, k in shapes if m >= 512})
+    report["quantize_bandwidth"] = quantize_bandwidth(device, big)
+    return report
+
+
+def _row_text(row: dict) -> str:
+    cells = [f"{name}={us:.1f}" for name, us in row["us"].items()]
+    return f"{row['m']}x{row['n']}x{row['k']}: " + " ".join(cells) + ("  errors: " + "; ".join(row["errors"]) if row["errors"] else "")
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    names = [p for p in report["paths"] if p != BF16]
+    labels = [f"{r['m']}x{r['n']}x{r['k']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(10, len(rows) * 0.6), 5))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        ys = [r["us"][BF16] / r["us"][name] if name in r["us"] and BF16 in r["us"] else 0 for r in rows]
+        ax.bar([j + i * width for j in range(len(rows))], ys, width, label=name)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([j + 0.4 for j in range(len(rows))], labels, rotation=70, fontsize=7)
+    ax.set_ylabel("speed vs bf16 F.linear (higher is faster)")
+    env = report["environment"]
+    ax.set_title(f"Linear layer, weights from HBM: {env['device']}, driver {env.get('driver')}, torch {env['torch']}, {env['date'][:10]}", fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="fp8gemm bench --layer", description=__doc__)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--plot", type=Path)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("fp8gemm bench --layer times GPU layers: no GPU here")
+    report = run(torch.device("cuda"))
+    print(json.dumps(report["summary"], indent=1))
+    print(json.dumps(report["eager"]), json.dumps(report["quantize_bandwidth"]))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    if args.plot:
+        plot(report, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""``fp8gemm.linear``: bf16/fp16/fp32 activations in, the same dtype out, FP8 GEMM inside.
+
+``y = x @ dequant(weight).T + bias`` with x quantized per token per 128 of K (one kernel launch where
+the backend has one) and the weight in FP8 with one scale per 128x128 block.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import ops, registry
+from .quantize import _IN_KINDS, _quantize_activation, kernel_quantize
+
+
+def _check_linear(x, weight, bias) -> None:
+    if not isinstance(x, torch.Tensor) or x.dtype not in _IN_KINDS:
+        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"x must be a bfloat16/float16/float32 tensor [..., K], got {got}")
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise TypeError("weight must be a 2-D FP8 tensor [N, K] (the nn.Linear weight layout); quantize it with "
+                        "fp8gemm.quantize_weight or use fp8gemm.nn.Fp8Linear")  # fmt: skip
+    if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"x's last dim must equal weight's in_features: x is {tuple(x.shape)}, weight is [N, K] = {tuple(weight.shape)}"
+        )
+    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (weight.shape[0],)):
+        got = tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise ValueError(f"bias must be a tensor [N] = [{weight.shape[0]}], got {got}")
+
+
+def _gemm_dtype(x_dtype: torch.dtype) -> torch.dtype:
+    return torch.bfloat16 if x_dtype is torch.bfloat16 else torch.float32  # fp16 goes through fp32
+
+
+def _finish(y: torch.Tensor, x: torch.Tensor, bias) -> torch.Tensor:
+    if bias is not None:
+        y.add_(bias)
+    if y.dtype is not x.dtype:
+        y = y.to(x.dtype)
+    return y.view(*x.shape[:-1], y.shape[1])
+
+
+def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
+    """The steady-state eager call: CUDA input on the current device, a backend with a quantize kernel."""
+    dev = x.get_device()
+    if dev < 0 or dev != ops._current_device() or x.dtype not in _IN_KINDS:
+        return None
+    found = ops._fast_backend(dev, backend_name or os.environ.get(registry.ENV_VAR) or None)
+    if found is None or found[0].quantize is None or weight.dtype is not found[1]:
+        return None
+    k = x.shape[-1]
+    if not k or k & 127 or weight.shape[1] != k or not x.numel():
+        return None
+    q, scale = kernel_quantize(found[0], x.reshape(-1, k), pow2)
+    return ops.gemm(q, weight, scale, weight_scale, out_dtype=_gemm_dtype(x.dtype), backend=backend_name)
+
+
+def _linear(x, weight, weight_scale, bias, pow2: bool, backend_name):
+    _check_linear(x, weight, bias)
+    y = _try_fast(x, weight, weight_scale, bias, pow2, backend_name)
+    if y is None:
+        q, scale = _quantize_activation(x, weight.dtype, pow2, backend_name)
+        y = ops.gemm(q, weight, scale, weight_scale, out_dtype=_gemm_dtype(x.dtype), backend=backend_name)
+    return _finish(y, x, bias)
+
+
+@torch.library.custom_op("fp8gemm::linear", mutates_args=())
+def _linear_op(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
+               pow2_scales: bool, backend: str) -> torch.Tensor:  # fmt: skip
+    return _linear(x, weight, weight_scale, bias, pow2_scales, backend or None)
+
+
+@_linear_op.register_fake
+def _(x, weight, weight_scale, bias, pow2_scales, backend):
+    _check_linear(x, weight, bias)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    pow2_scales: bool = False,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """``x [..., K]`` (bf16/fp16/fp32) -> ``[..., N]`` in x's dtype: ``x @ dequant(weight).T + bias``.
+
+    weight: FP8 [N, K] in the backend's FP8 dtype (``fp8gemm.preferred_fp8_dtype``); weight_scale: fp32
+    [ceil(N/128), K/128], ideally passed once through ``fp8gemm.prepare_weight_scale``. x is quantized
+    per token per 128 of K (``pow2_scales``: power-of-two scales) by the backend's kernel, then one FP8
+    GEMM runs. A ``torch.library`` op: traces under ``torch.compile(fullgraph=True)`` and is captured by
+    CUDA graphs. On CPU it runs the pure-torch reference.
+    """
+    if torch.compiler.is_compiling():
+        return torch.ops.fp8gemm.linear(x, weight, weight_scale, bias, pow2_scales, backend or "")
+    return _linear(x, weight, weight_scale, bias, pow2_scales, backend)

@@ -1,0 +1,5 @@
+// Activation quantization: the core's CUDA kernel (fp8gemm/cuda/quantize.cuh), built for this arch.
+#include "fp8gemm/cuda/quantize.cuh"
+#include "launch.hpp"
+
+void fp8gemm_sm120::quantize(const fp8gemm::QuantizeArgs& args) { fp8gemm::cuda::launch_quantize(args, "fp8gemm-cuda-sm120"); }
