@@ -43,7 +43,9 @@ PACKAGES = list(WHEEL_ENV)
 def build_wheel(package: str, out_dir: Path) -> Path:
     """The package's wheel from this checkout, built without isolation against the installed fp8gemm-core."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out_dir),
+    # The core builds in isolation (a current setuptools for its PEP 639 license); arch packages need the core.
+    isolation = [] if package == "fp8gemm-core" else ["--no-build-isolation"]
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out_dir),
            str(ROOT / "packages" / package)]  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **WHEEL_ENV[package]}, timeout=1800)
     if run.returncode:
