@@ -32,6 +32,6 @@ for arg in "$@"; do
         echo "compute-sanitizer $tool quantize: exit $? $(tail -1 "$OUT/san_quantize_$tool.txt")"
       done ;;
     bench)
-      timeout 480 python3 -m fp8gemm.layer_bench --json "$OUT/layer.json" --plot "$OUT/layer.png" 2>&1 | tee "$OUT/layer.txt" | tail -40 ;;
+      timeout 480 fp8gemm bench --layer --json "$OUT/layer.json" --plot "$OUT/layer.png" 2>&1 | tee "$OUT/layer.txt" | tail -40 ;;
   esac
 done

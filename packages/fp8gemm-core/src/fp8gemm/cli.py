@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from . import __version__, accuracy, bench, conformance, registry
+from . import __version__, accuracy, bench, conformance, conformance_layer, layer_bench, registry
 from .ops import preferred_fp8_dtype
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -95,9 +95,27 @@ def cmd_check(args) -> int:
         table.add_row(
             f"bad input: {bad.id}", "", bad.error.__name__, "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
         )
+    failures += _check_layer(table, device, args.backend)
     console.print(table)
     console.print(f"{'[red]' if failures else '[green]'}{failures} failure(s)")
     return 1 if failures else 0
+
+
+def _check_layer(table: Table, device: torch.device, backend: str | None) -> int:
+    """Activation quantization (bit-exact against the reference) and ``linear`` (against float64) rows."""
+    failures = 0
+    for case in conformance_layer.quant_cases():
+        ok, detail = conformance_layer.run_quant_case(case, device, backend)
+        failures += not ok
+        table.add_row(
+            f"quantize {case.id}", "", "bit-exact", "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
+        )
+    for case in conformance_layer.LINEAR_CASES:
+        ok, detail = conformance_layer.run_linear_case(case, device, backend)
+        failures += not ok
+        verdict = "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
+        table.add_row(f"linear {case.id}", detail if ok else "", "4e-03", verdict)
+    return failures
 
 
 def _shape_argument(text: str) -> tuple[int, int, int]:
@@ -110,7 +128,11 @@ def _shape_argument(text: str) -> tuple[int, int, int]:
 def cmd_bench(args) -> int:
     device = torch.device(args.device) if args.device else _default_device()
     if device.type != "cuda":
+        if args.layer:
+            console.print("--layer times Linear layers on a GPU; none here, so:")
         return _bench_without_gpu(args, device)
+    if args.layer:
+        return _bench_layer(args, device)
     shapes = args.shapes or bench.SHAPE_SETS[args.set]
     out_dtype = torch.float32 if args.out_dtype == "float32" else torch.bfloat16
     n_impls = 1 + len(bench.available_peers(device))
@@ -125,6 +147,27 @@ def cmd_bench(args) -> int:
         console.print(f"wrote {args.json}")
     if args.plot:
         bench.plot(report, Path(args.plot))
+        console.print(f"wrote {args.plot}")
+    return 0
+
+
+def _bench_layer(args, device: torch.device) -> int:
+    shapes = args.shapes or None
+    report = layer_bench.run(device, shapes, progress=lambda text: console.print(text, highlight=False))
+    table = Table(title="Linear layer, weights from HBM: speed vs bf16 F.linear (geomean, slowest shape)")
+    for col in ("path", "geomean", "slowest"):
+        table.add_column(col)
+    for name, row in report["summary"].items():
+        if isinstance(row, dict):
+            table.add_row(name, f"{row['geomean_vs_bf16']:.2f}x", f"{row['slowest_vs_bf16']:.2f}x")
+    console.print(table)
+    eager = report["eager"]["us_per_call"]
+    console.print(f"eager wall time per call: linear {eager['linear']:.1f} us, gemm {eager['gemm']:.1f} us")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+        console.print(f"wrote {args.json}")
+    if args.plot:
+        layer_bench.plot(report, Path(args.plot))
         console.print(f"wrote {args.plot}")
     return 0
 
@@ -257,6 +300,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
         help="time every implementation this many times per shape, alternating the order; report the median",
     )
     p.add_argument("--seed", type=int, help="seed for the accuracy data without a GPU (default: fresh)")
+    p.add_argument(
+        "--layer",
+        action="store_true",
+        help="time the Linear layer (bf16 in and out: ours, bf16 F.linear and the peers' layer paths) in CUDA graphs",
+    )
 
 
 if __name__ == "__main__":

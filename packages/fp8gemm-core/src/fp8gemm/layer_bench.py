@@ -8,8 +8,6 @@ Method and caveats: docs/benchmarks.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import statistics
 import time
@@ -200,24 +198,3 @@ def plot(report: dict, path: Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="fp8gemm bench --layer", description=__doc__)
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--plot", type=Path)
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("fp8gemm bench --layer times GPU layers: no GPU here")
-    report = run(torch.device("cuda"))
-    print(json.dumps(report["summary"], indent=1))
-    print(json.dumps(report["eager"]), json.dumps(report["quantize_bandwidth"]))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
-    if args.plot:
-        plot(report, args.plot)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -43,26 +43,37 @@ def _finish(y: torch.Tensor, x: torch.Tensor, bias) -> torch.Tensor:
 
 
 def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
-    """The steady-state eager call: CUDA input on the current device, a backend with a quantize kernel."""
+    """The steady-state eager call (CUDA input on the current device, a backend with a quantize kernel,
+    plain tensors), with the fewest checks; None sends anything else to the fully checked path."""
+    tensor = torch.Tensor
+    if type(x) is not tensor or type(weight) is not tensor or x.dtype not in _IN_KINDS or weight.dim() != 2:
+        return None
     dev = x.get_device()
-    if dev < 0 or dev != ops._current_device() or x.dtype not in _IN_KINDS:
+    if dev < 0 or dev != ops._current_device():
         return None
     found = ops._fast_backend(dev, backend_name or os.environ.get(registry.ENV_VAR) or None)
     if found is None or found[0].quantize is None or weight.dtype is not found[1]:
         return None
-    k = x.shape[-1]
-    if not k or k & 127 or weight.shape[1] != k or not x.numel():
+    n, k = weight.shape
+    if not k or k & 127 or x.shape[-1] != k or not x.numel():
+        return None
+    if bias is not None and (type(bias) is not tensor or bias.shape != (n,)):
         return None
     q, scale = kernel_quantize(found[0], x.reshape(-1, k), pow2)
-    return ops.gemm(q, weight, scale, weight_scale, out_dtype=_gemm_dtype(x.dtype), backend=backend_name)
+    out_dtype = _gemm_dtype(x.dtype)
+    y = ops._try_fast(backend_name, q, weight, scale, weight_scale, None, out_dtype)
+    if y is None:  # an unusual weight or scale: the general path checks and raises
+        y = ops._run(backend_name or "", q, weight, scale, weight_scale, None, out_dtype)
+    return _finish(y, x, bias)
 
 
 def _linear(x, weight, weight_scale, bias, pow2: bool, backend_name):
-    _check_linear(x, weight, bias)
     y = _try_fast(x, weight, weight_scale, bias, pow2, backend_name)
-    if y is None:
-        q, scale = _quantize_activation(x, weight.dtype, pow2, backend_name)
-        y = ops.gemm(q, weight, scale, weight_scale, out_dtype=_gemm_dtype(x.dtype), backend=backend_name)
+    if y is not None:
+        return y
+    _check_linear(x, weight, bias)
+    q, scale = _quantize_activation(x, weight.dtype, pow2, backend_name)
+    y = ops.gemm(q, weight, scale, weight_scale, out_dtype=_gemm_dtype(x.dtype), backend=backend_name)
     return _finish(y, x, bias)
 
 
