@@ -157,11 +157,24 @@ def run(device, shapes=None, progress=print) -> dict:
         progress(_row_text(rows[-1]))
     report = {"environment": environment(device, None), "paths": list(paths) + [GEMM_ALONE], "rows": rows}
     report["environment"]["method"] = "CUDA graph over weight copies >= 2x L2; median of replays"
+    report["environment"]["peers"] = _peer_versions()
     report["summary"] = summarize(rows)
     report["eager"] = eager_wall(device)
     big = sorted({(m, k) for m, _, k in shapes if m >= 512})
     report["quantize_bandwidth"] = quantize_bandwidth(device, big)
     return report
+
+
+def _peer_versions() -> dict[str, str]:
+    import importlib.metadata
+
+    versions = {}
+    for dist in ("torchao", "transformers", "deep_gemm", "triton"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
 
 
 def _row_text(row: dict) -> str:
