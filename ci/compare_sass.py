@@ -36,6 +36,8 @@ TARGETS = {  # name: (package, build environment, disassembler)
     "gfx942": ("fp8gemm-rocm-gfx942", {"FP8GEMM_HIP_COMPILER": "clang++-19", "FP8GEMM_HEADER_LIGHT": "ON"}, "amdgpu"),
 }
 _ADDRESS = re.compile(r"/\*[0-9a-f]{4}\*/")
+_ISA_ADDRESS = re.compile(r"// [0-9A-F]+:")  # llvm-objdump's "// 00000000ADDR: ENCODING" comment
+_SYMBOL = re.compile(r"<[^<>+\s]+(\+0x[0-9a-f]+)?>")  # a branch target as <function+offset>
 
 
 def sass_kernels(module: Path) -> dict[str, str]:
@@ -55,12 +57,23 @@ def sass_kernels(module: Path) -> dict[str, str]:
     return kernels
 
 
-def amdgpu_kernels(elf: Path) -> dict[str, str]:
-    """Each function's AMDGPU ISA (llvm-objdump-19 -d --mcpu=gfx942), addresses and encodings kept."""
+def amdgpu_kernels(elfs: list[Path]) -> dict[str, str]:
+    """Each function's AMDGPU ISA (llvm-objdump-19 -d --mcpu=gfx942) in the device code objects, encodings kept.
+
+    Absolute addresses and the function names in branch targets are dropped: a longer symbol table or a renamed
+    kernel moves every function's address without changing its code.
+    """
     objdump = require_tool("llvm-objdump-19")
-    asm = subprocess.run([objdump, "-d", "--mcpu=gfx942", str(elf)], capture_output=True, text=True, check=True).stdout
-    parts = re.split(r"^[0-9a-f]+ <(\S+)>:\s*$", asm, flags=re.M)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    kernels = {}
+    for elf in elfs:
+        asm = subprocess.run([objdump, "-d", "--mcpu=gfx942", str(elf)], capture_output=True, text=True, check=True)
+        parts = re.split(r"^[0-9a-f]+ <(\S+)>:\s*$", asm.stdout, flags=re.M)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            lines = [_SYMBOL.sub(r"<\1>", _ISA_ADDRESS.sub("//", " ".join(line.split()))) for line in body.splitlines()]
+            code = [line for line in lines if line]
+            if not all(line.startswith("s_nop") for line in code):  # not alignment padding before a function
+                kernels[name] = "\n".join(code)
+    return kernels
 
 
 def build_kernels(tree: Path, target: str, work: Path) -> dict[str, str]:
@@ -72,12 +85,12 @@ def build_kernels(tree: Path, target: str, work: Path) -> dict[str, str]:
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(work / "site")
     if kind == "amdgpu":
-        return amdgpu_kernels(next((work / "site").glob("*/isa/kernels-gfx942.elf")))
+        return amdgpu_kernels(sorted((work / "site").glob("*/isa/*gfx942.elf")))
     return sass_kernels(next((work / "site").glob("*/_C*.so")))
 
 
 def instruction_count(text: str) -> int:
-    return sum(1 for line in text.splitlines() if _ADDRESS.match(line) or line.startswith("\t"))
+    return sum(1 for line in text.splitlines() if _ADDRESS.match(line) or " // " in line)
 
 
 def compare(base: dict[str, str], head: dict[str, str]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
