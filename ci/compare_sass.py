@@ -1,15 +1,16 @@
 """Machine code of the arch packages before and after a source change, kernel by kernel, without a GPU.
 
-python3 ci/compare_sass.py [--base REF] [--keep DIR] [TARGET ...]
+python3 ci/compare_sass.py [--base REF] [--head REF] [--new NAME ...] [--keep DIR] [TARGET ...]
 
 TARGET: sm90a, sm120 (its shipped sm_120 build), sm120-sm90 (its Hopper test build), gfx942; default all.
 Each TARGET's package is built twice with its own CMakeLists.txt (pip wheel, the flags it ships with): from
-git REF (default main) and from the working tree. Each kernel's SASS (cuobjdump -sass: every instruction
+git REF (default main) and from the working tree, each against its own fp8gemm-core. Each kernel's SASS (cuobjdump -sass: every instruction
 with its encoding) and resource usage (cuobjdump -res-usage), or AMDGPU ISA (llvm-objdump-19), is then
 paired with the kernel of identical code in the other build, whatever their names: a refactor that only
 moves and renames code leaves every kernel paired and the exit status 0. Unpaired kernels are listed
 with the first differing lines against the nearest kernel of the same instruction count, and the exit
-status is 1.
+status is 1. Kernels added since REF are named with --new (a part of their mangled name, e.g. quantize_kernel):
+unpaired kernels of the working tree that match are listed as new and pass; a --new that matches none fails.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ TARGETS = {  # name: (package, build environment, disassembler)
     "gfx942": ("fp8gemm-rocm-gfx942", {"FP8GEMM_HIP_COMPILER": "clang++-19", "FP8GEMM_HEADER_LIGHT": "ON"}, "amdgpu"),
 }
 _ADDRESS = re.compile(r"/\*[0-9a-f]{4}\*/")
+_ISA_ADDRESS = re.compile(r"// [0-9A-F]+:")  # llvm-objdump's "// 00000000ADDR: ENCODING" comment
+_SYMBOL = re.compile(r"<[^<>+\s]+(\+0x[0-9a-f]+)?>")  # a branch target as <function+offset>
 
 
 def sass_kernels(module: Path) -> dict[str, str]:
@@ -54,27 +57,40 @@ def sass_kernels(module: Path) -> dict[str, str]:
     return kernels
 
 
-def amdgpu_kernels(elf: Path) -> dict[str, str]:
-    """Each function's AMDGPU ISA (llvm-objdump-19 -d --mcpu=gfx942), addresses and encodings kept."""
+def amdgpu_kernels(elfs: list[Path]) -> dict[str, str]:
+    """Each function's AMDGPU ISA (llvm-objdump-19 -d --mcpu=gfx942) in the device code objects, encodings kept.
+
+    Absolute addresses and the function names in branch targets are dropped: a longer symbol table or a renamed
+    kernel moves every function's address without changing its code.
+    """
     objdump = require_tool("llvm-objdump-19")
-    asm = subprocess.run([objdump, "-d", "--mcpu=gfx942", str(elf)], capture_output=True, text=True, check=True).stdout
-    parts = re.split(r"^[0-9a-f]+ <(\S+)>:\s*$", asm, flags=re.M)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    kernels = {}
+    for elf in elfs:
+        asm = subprocess.run([objdump, "-d", "--mcpu=gfx942", str(elf)], capture_output=True, text=True, check=True)
+        parts = re.split(r"^[0-9a-f]+ <(\S+)>:\s*$", asm.stdout, flags=re.M)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            lines = [_SYMBOL.sub(r"<\1>", _ISA_ADDRESS.sub("//", " ".join(line.split()))) for line in body.splitlines()]
+            code = [line for line in lines if line]
+            if not all(line.startswith("s_nop") for line in code):  # not alignment padding before a function
+                kernels[name] = "\n".join(code)
+    return kernels
 
 
 def build_kernels(tree: Path, target: str, work: Path) -> dict[str, str]:
     package, env, kind = TARGETS[target]
+    core = tree / "packages" / "fp8gemm-core" / "src"  # the tree's own headers and CMake function
+    env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(core), os.environ.get("PYTHONPATH")]))}
     (work / "wheel").mkdir(parents=True)
     wheel = build_wheel(package, work / "wheel", env, root=tree)
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(work / "site")
     if kind == "amdgpu":
-        return amdgpu_kernels(next((work / "site").glob("*/isa/kernels-gfx942.elf")))
+        return amdgpu_kernels(sorted((work / "site").glob("*/isa/*gfx942.elf")))
     return sass_kernels(next((work / "site").glob("*/_C*.so")))
 
 
 def instruction_count(text: str) -> int:
-    return sum(1 for line in text.splitlines() if _ADDRESS.match(line) or line.startswith("\t"))
+    return sum(1 for line in text.splitlines() if _ADDRESS.match(line) or " // " in line)
 
 
 def compare(base: dict[str, str], head: dict[str, str]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
@@ -90,6 +106,12 @@ def compare(base: dict[str, str], head: dict[str, str]) -> tuple[list[tuple[str,
             unpaired_base.append(name)
     unpaired_head = sorted(name for names in by_code.values() for name in names)
     return pairs, unpaired_base, unpaired_head
+
+
+def split_new(unpaired_head: list[str], new: list[str]) -> tuple[list[str], list[str]]:
+    """The unpaired kernels of the new build that match a --new name, and the rest."""
+    added = [name for name in unpaired_head if any(part in name for part in new)]
+    return added, [name for name in unpaired_head if name not in added]
 
 
 def nearest_diff(code: str, others: dict[str, str], lines: int = 12) -> str:
@@ -113,6 +135,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("targets", nargs="*", default=list(TARGETS), help=", ".join(TARGETS))
     parser.add_argument("--base", default="main", help="git revision to compare the working tree against")
     parser.add_argument("--head", help="git revision to compare instead of the working tree")
+    parser.add_argument(
+        "--new",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a kernel added since --base (part of its mangled name): listed as new, not a difference; repeatable",
+    )
     parser.add_argument("--keep", type=Path, help="build here and keep the builds (default: a temporary folder)")
     args = parser.parse_args(argv)
     if unknown := set(args.targets) - set(TARGETS):
@@ -121,13 +150,17 @@ def main(argv: list[str]) -> int:
         work = args.keep or Path(tmp)
         base_tree = checkout(args.base, work / "base")
         head_tree = checkout(args.head, work / "head") if args.head else ROOT
-        failed = False
+        failed, matched = False, set()
         for target in args.targets:
             base = build_kernels(base_tree, target, work / f"{target}-base")
             head = build_kernels(head_tree, target, work / f"{target}-head")
             pairs, only_base, only_head = compare(base, head)
+            added, only_head = split_new(only_head, args.new)
+            matched |= {part for part in args.new for name in added if part in name}
             same = sum(a == b for a, b in pairs)
-            print(f"{target}: {len(pairs)} of {len(base)} kernels identical ({same} under the same name)")
+            print(
+                f"{target}: {len(pairs)} of {len(base)} kernels identical ({same} under the same name), {len(added)} new"
+            )
             for a, b in pairs:
                 if a != b:
                     print(f"  {a}\n    = {b}")
@@ -135,7 +168,12 @@ def main(argv: list[str]) -> int:
                 print(f"  only in {args.base}: {name}\n{nearest_diff(base[name], {n: head[n] for n in only_head})}")
             for name in only_head:
                 print(f"  only in {args.head or 'the working tree'}: {name}")
+            for name in added:
+                print(f"  new: {name}")
             failed |= bool(only_base or only_head)
+        if unmatched := [part for part in args.new if part not in matched]:
+            print(f"--new {' '.join(unmatched)}: no new kernel of {' '.join(args.targets)} matches")
+            failed = True
         return 1 if failed else 0
 
 

@@ -16,10 +16,10 @@ import sys
 
 
 def default_specs():
-    """Every tile the installed build compiles (its build_info "tiles": heuristics.hpp tile_supported()).
+    """Every tile the installed build compiles (its build_info "tiles": tile_config.hpp kTiles).
 
-    A spec is (consumers, block_n[, cluster]) as FP8GEMM_SM90A_TILE takes it, optionally with more
-    knobs after "+": "2,192+SPLITS=2" also sets FP8GEMM_SM90A_SPLITS=2.
+    A spec is "rows,cols[,cluster]" as FP8GEMM_SM90A_TILE takes it, optionally with more knobs after
+    "+": "128,192+SPLITS=2" also sets FP8GEMM_SM90A_SPLITS=2.
     """
     from fp8gemm import registry
 
@@ -135,6 +135,14 @@ def host_layers(calls=20000):
     print(json.dumps(host_overhead(torch.device("cuda"), None)))
 
 
+def tile_rows(tile):
+    """The rows of a "rows,cols[,cluster]" tile, with a clear error for the old "slices,cols" form."""
+    parts = tile.split(",")
+    if not 2 <= len(parts) <= 3 or not all(p.strip().isdigit() for p in parts) or int(parts[0]) % 64:
+        raise SystemExit(f"tile {tile!r}: expected rows,cols[,cluster] with rows a multiple of 64, e.g. 128,192")
+    return int(parts[0])
+
+
 def spec_env(spec):
     tile, *knobs = spec.split("+")
     env = dict(os.environ, FP8GEMM_SM90A_TILE=tile)
@@ -144,6 +152,7 @@ def spec_env(spec):
 
 def time_tiles(out_path, specs, check):
     shapes = shapes_from([])
+    rows = {spec: tile_rows(spec.split("+")[0]) for spec in specs}  # every spec checked before any timing
     results = {}
     for spec in specs:
         tile, env = spec_env(spec)
@@ -153,7 +162,7 @@ def time_tiles(out_path, specs, check):
             print(f"{spec}: conformance {proc.stdout.strip().splitlines()[-1] if proc.stdout else proc.stderr[-400:]}")
             if proc.returncode:
                 print(proc.stdout[-3000:])
-        small = tile.startswith("1,")  # 64-row tiles: decode shapes; taller tiles: the rest
+        small = rows[spec] == 64  # 64-row tiles: decode shapes; taller tiles: the rest
         picked = [f"{m},{n},{k}" for m, n, k in shapes if (m <= 128 if small else m >= 128)]
         proc = subprocess.run([sys.executable, __file__, "time", *picked], env=env, capture_output=True, text=True)
         if proc.returncode:

@@ -1,13 +1,4 @@
-// This package's entry points, on the protocol's LaunchArgs (fp8gemm/backend.hpp from fp8gemm-core).
+// This package's entry points: the protocol's launch, workspace_bytes and quantize, declared in the core.
 #pragma once
-#include <cstdint>
-
-#include "fp8gemm/backend.hpp"
-
-namespace fp8gemm_sm120 {
-
-void launch(const fp8gemm::LaunchArgs& args);
-int64_t workspace_bytes(int64_t m, int64_t n, int64_t k);
-void quantize(const fp8gemm::QuantizeArgs& args);
-
-}  // namespace fp8gemm_sm120
+#define FP8GEMM_ARCH_NAMESPACE fp8gemm_sm120
+#include "fp8gemm/arch_entry.hpp"
