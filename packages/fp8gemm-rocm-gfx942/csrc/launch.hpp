@@ -2,7 +2,8 @@
 #pragma once
 #include <cstdint>
 
-#include "fp8gemm/backend.hpp"
+#define FP8GEMM_ARCH_NAMESPACE fp8gemm_gfx942
+#include "fp8gemm/arch_entry.hpp"  // launch, workspace_bytes, quantize
 #include "fp8gemm/gemm_params.hpp"
 #include "fp8gemm/quantize_rows.cuh"
 #include "heuristics.hpp"
@@ -11,9 +12,6 @@ namespace fp8gemm_gfx942 {
 
 using Params = fp8gemm::GemmParams;  // A and B FP8 e4m3fnuz
 
-void launch(const fp8gemm::LaunchArgs& args);
-int64_t workspace_bytes(int64_t m, int64_t n, int64_t k);
-void quantize(const fp8gemm::QuantizeArgs& args);
 int cu_count();
 
 // Defined in kernels.hip: enqueue the GEMM tiles / the split-K reduction; return a hipError_t.
