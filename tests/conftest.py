@@ -26,7 +26,7 @@ def backends_under_test() -> list[str]:
     return names
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def device() -> torch.device:
     return device_under_test()
 

@@ -29,12 +29,12 @@ import gfx942_emulator  # noqa: E402
 MI300X = registry.DeviceInfo("rocm", "AMD Instinct MI300X (emulated)", ("gfx942",), "gfx942:sramecc+:xnack-")
 FP8 = torch.float8_e4m3fnuz
 MI300X_CUS = 304
-CASES = conformance.cases("cpu", n_random=2)  # fresh random shapes every session
+CASES = conformance.cases("cpu", n_random=2)  # fresh random shapes every run
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def emulator(tmp_path_factory):
-    """The emulator, built once per session, with the package's kernels (or $FP8GEMM_GFX942_EMU_CSRC's)."""
+    """The emulator, built once per test run, with the package's kernels (or $FP8GEMM_GFX942_EMU_CSRC's)."""
     require_tool("cmake")
     compiler = os.environ.get(gfx942_emulator.COMPILER_ENV) or require_tool("clang++-19")
     build_dir = gfx942_emulator.build(tmp_path_factory.getbasetemp() / "gfx942-emulator", compiler=compiler)

@@ -13,7 +13,7 @@ import torch
 from fp8gemm import conformance_layer, quantize
 
 FP8 = test_gfx942_emulation.FP8
-emulator, mi300x = test_gfx942_emulation.emulator, test_gfx942_emulation.mi300x  # the session's build
+emulator, mi300x = test_gfx942_emulation.emulator, test_gfx942_emulation.mi300x  # built once for the test run
 
 QUANT_CASES = conformance_layer.quant_cases()
 LINEAR_CASES = conformance_layer.LINEAR_CASES

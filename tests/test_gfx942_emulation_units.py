@@ -12,7 +12,7 @@ import test_gfx942_emulation
 import torch
 from test_gfx942_emulation import EMULATION, gfx942_emulator
 
-emulator = test_gfx942_emulation.emulator  # the session's build, shared with the kernel tests
+emulator = test_gfx942_emulation.emulator  # built once for the test run, shared with the kernel tests
 
 LAYOUTS = EMULATION / "isa_layouts"
 
