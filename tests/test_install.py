@@ -17,10 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "install.md"
 
 
-def pip_commands() -> list[str]:
-    block = re.search(r"<!-- pip-from-checkout:.*?-->\n```bash\n(.*?)```", DOC.read_text(), re.S)
-    assert block, "docs/install.md lost its pip-from-checkout block"
+def pip_commands(doc: Path = DOC) -> list[str]:
+    block = re.search(r"<!-- pip-from-checkout:.*?-->\n```bash\n(.*?)```", doc.read_text(), re.S)
+    assert block, f"{doc.name} lost its pip-from-checkout block"
     return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_the_readme_shows_the_tested_pip_commands():
+    """The README's install block is the one the tests below follow as typed."""
+    assert pip_commands(ROOT / "README.md") == pip_commands()
 
 
 @pytest.fixture(scope="module")
