@@ -1,4 +1,4 @@
-// Small kernels that pin down the emulator's own rules (tests/test_gfx942_emulation_runtime.py):
+// Small kernels that pin down the emulator's own rules (tests/test_gfx942_emulation_units.py):
 // LDS is shared by a workgroup and only by it, barriers order it, and a kernel that breaks barrier
 // or wave-op discipline is reported instead of passing.
 #include <cstring>

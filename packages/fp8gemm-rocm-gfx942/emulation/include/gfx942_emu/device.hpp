@@ -1,4 +1,4 @@
-// The gfx942 device built-ins the kernels call, mapped onto the CPU emulator (src/runtime.cpp).
+// The gfx942 device built-ins the kernels call, mapped onto the CPU emulator (src/device.cpp).
 //
 // Each work-item runs as a fiber; a workgroup's fibers share one OS thread, so `__shared__`
 // (static thread_local) is one copy per workgroup in flight. Barriers and wave-level operations

@@ -1,5 +1,5 @@
 // The HIP runtime API subset that the host launcher (csrc/launch.cpp) and the kernels' enqueue
-// functions use, served by the CPU emulator (src/runtime.cpp) instead of libamdhip64.
+// functions use, served by the CPU emulator (src/hip_api.cpp) instead of libamdhip64.
 #pragma once
 #include <cstddef>
 
