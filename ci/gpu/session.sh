@@ -21,7 +21,7 @@ fp8gemm info > "$OUT/info.txt"; tail -4 "$OUT/info.txt"
 [ -z "${SKIP_TESTS:-}" ] && for be in sm90a sm120; do  # smoke run first: a hung kernel costs a minute, not the whole lease
   timeout 60 python3 ci/gpu/sanitize.py $be > "$OUT/smoke_$be.txt" 2>&1 || { echo "smoke $be failed:"; tail -20 "$OUT/smoke_$be.txt"; exit 1; }
 done
-[ -z "${SKIP_TESTS:-}" ] && timeout 500 python3 -m pytest tests -q -p no:cacheprovider -x --ignore tests/test_recipes.py --ignore tests/test_build_sm120.py \
+[ -z "${SKIP_TESTS:-}" ] && timeout 500 python3 -m pytest tests -q -p no:cacheprovider -x --ignore tests/test_recipes.py --ignore tests/test_build_cuda.py --ignore tests/test_install.py \
   --ignore tests/test_build_gfx942.py 2>&1 | tail -8 | tee "$OUT/pytest.txt"
 for arg in "$@"; do
   case $arg in
