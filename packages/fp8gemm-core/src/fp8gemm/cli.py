@@ -142,12 +142,15 @@ def cmd_bench(args) -> int:
             shapes, device, args.backend, lambda: progress.advance(task), out_dtype, args.gpu_state, args.rounds
         )
     _print_bench_table(report)
-    if args.json:
-        bench.save_json(report, Path(args.json))
-        console.print(f"wrote {args.json}")
-    if args.plot:
-        bench.plot(report, Path(args.plot))
-        console.print(f"wrote {args.plot}")
+    return _write_outputs(args, report, bench.save_json, bench.plot)
+
+
+def _write_outputs(args, report: dict, save_json, plot) -> int:
+    """``--json`` and ``--plot`` of a bench report."""
+    for path, write in ((args.json, save_json), (args.plot, plot)):
+        if path:
+            write(report, Path(path))
+            console.print(f"wrote {path}")
     return 0
 
 
@@ -163,13 +166,7 @@ def _bench_layer(args, device: torch.device) -> int:
     console.print(table)
     eager = report["eager"]["us_per_call"]
     console.print(f"eager wall time per call: linear {eager['linear']:.1f} us, gemm {eager['gemm']:.1f} us")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
-        console.print(f"wrote {args.json}")
-    if args.plot:
-        layer_bench.plot(report, Path(args.plot))
-        console.print(f"wrote {args.plot}")
-    return 0
+    return _write_outputs(args, report, lambda r, path: path.write_text(json.dumps(r, indent=1)), layer_bench.plot)
 
 
 def _bench_without_gpu(args, device: torch.device) -> int:
