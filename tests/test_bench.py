@@ -142,18 +142,17 @@ def test_bench_settles_the_gpu_before_each_timing(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)  # CPU-only test machine
     slept = []
     monkeypatch.setattr(bench.time, "sleep", slept.append)
+    clock = [0.0]  # a fake clock: each call lasts exactly 10 ms, whatever the machine's load
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
     calls = []
 
     def call():
         calls.append(None)
-        end = bench.time.perf_counter() + 0.01
-        while bench.time.perf_counter() < end:
-            pass
+        clock[0] += 0.01
 
-    start = bench.time.perf_counter()
     bench._settle(call, "sustained")
-    assert bench.time.perf_counter() - start >= 0.7 * bench.SUSTAIN_SECONDS  # calls of the first call's length
-    assert 0.8 * bench.SUSTAIN_SECONDS / 0.01 <= len(calls) <= 1.1 * bench.SUSTAIN_SECONDS / 0.01 + 1
+    assert len(calls) == 1 + round(bench.SUSTAIN_SECONDS / 0.01)  # one measuring call, then calls of its length
+    assert clock[0] >= bench.SUSTAIN_SECONDS
     calls.clear()
     bench._settle(call, "rested")
     assert slept == [bench.REST_SECONDS] and not calls
