@@ -24,6 +24,7 @@ from .quantize import quantize_activation, quantize_weight
 
 LAYER_NK = [(2112, 7168), (7168, 2048), (4096, 7168), (24576, 1536)]
 LAYER_M = [1, 16, 64, 128, 512, 4096]
+READ_X = "one read of x (the quantizer's floor)"
 REPLAYS = 15
 
 
@@ -82,6 +83,7 @@ def time_shape(m: int, n: int, k: int, paths: dict, device) -> dict:
         finally:
             weights = calls = forwards = None
             torch.cuda.empty_cache()
+    row["us"][READ_X] = time_graph([x.amax] * 4) * 1e6
     return row
 
 
@@ -136,7 +138,7 @@ def _copy_bandwidth(device) -> float:
 
 def summarize(rows: list[dict]) -> dict:
     """Geomean speed of each path over bf16 F.linear, its slowest shape, and our layer over the GEMM alone."""
-    names = sorted({name for r in rows for name in r["us"]} - {BF16})
+    names = sorted({name for r in rows for name in r["us"]} - {BF16, READ_X})
     out = {}
     for name in names:
         ratios = [r["us"][BF16] / r["us"][name] for r in rows if name in r["us"] and BF16 in r["us"]]
