@@ -114,7 +114,9 @@ def _check_layer(table: Table, device: torch.device, backend: str | None) -> int
         ok, detail = conformance_layer.run_linear_case(case, device, backend)
         failures += not ok
         verdict = "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
-        table.add_row(f"linear {case.id}", detail if ok else "", "4e-03", verdict)
+        table.add_row(
+            f"linear {case.id}", detail if ok else "", f"{conformance_layer.linear_tolerance(case):.0e}", verdict
+        )
     return failures
 
 
