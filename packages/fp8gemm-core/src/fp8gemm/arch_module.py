@@ -18,7 +18,7 @@ def backend_from_module(
     b_scale_layout: ScaleLayout,
     priority: int = 0,
 ) -> Backend:
-    """The Backend of `module`, an arch package's `_C`: its launch, workspace_bytes and optional quantize entries, its
+    """The Backend of `module`, an arch package's `_C`: its launch, workspace_bytes and optional quantize and linear entries, its
     build_info, and the platform and targets that build_info states (the targets a build was compiled for)."""
     info = dict(module.build_info())
     targets = tuple(t for t in info.get("targets", "").split(",") if t)
@@ -37,5 +37,7 @@ def backend_from_module(
         b_scale_layout=b_scale_layout,
         workspace_bytes=module.workspace_bytes,
         quantize=getattr(module, "quantize", None),
+        linear=getattr(module, "linear", None),
+        linear_workspace_bytes=getattr(module, "linear_workspace_bytes", None),
         priority=priority,
     )

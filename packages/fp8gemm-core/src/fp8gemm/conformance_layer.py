@@ -15,6 +15,7 @@ import torch
 
 from .conformance import TOLERANCE, relative_error
 from .linear import linear
+from .ops import gemm
 from .quantize import quantize_activation, quantize_weight, reference_quantize
 from .reference import BLOCK, oracle
 
@@ -118,16 +119,21 @@ class LinearCase:
     n: int
     dtype: torch.dtype = torch.bfloat16
     bias: bool = False
+    pow2: bool = False
 
     @property
     def id(self) -> str:
         lead = "x".join(map(str, self.shape))
-        return f"{lead}->{self.n}-{str(self.dtype).removeprefix('torch.')}" + "-bias" * self.bias
+        return f"{lead}->{self.n}-{str(self.dtype).removeprefix('torch.')}" + "-bias" * self.bias + "-pow2" * self.pow2
 
 
+# Small batches with the decode shapes' N and K reach every sm90a tile that quantizes on chip (64 x 16 .. 64 x 96,
+# the warpgroup K split, 128 x 64, split-K) with 1, 17, 64, 96 and 128 rows.
 LINEAR_CASES = [
     LinearCase((1, 512), 272), LinearCase((3, 5, 384), 128, torch.float32, True), LinearCase((64, 1024), 2112),
     LinearCase((130, 256), 320, torch.float16, True), LinearCase((0, 256), 64), LinearCase((512, 7168), 576),
+    LinearCase((1, 7168), 2112), LinearCase((17, 2048), 7168, bias=True), LinearCase((64, 7168), 2112, torch.float16),
+    LinearCase((96, 2048), 7168, pow2=True), LinearCase((128, 7168), 576), LinearCase((2, 32, 1536), 3072, pow2=True),
 ]  # fmt: skip
 # Relative error of the whole layer (x and W quantized) against the unquantized float64 product.
 RECIPE_TOLERANCE = 6e-2
@@ -141,15 +147,18 @@ def run_linear_case(case: LinearCase, device, backend: str | None, seed: int | N
     bias = torch.randn(case.n, generator=gen, device=device).to(case.dtype) if case.bias else None
     fp8 = _fp8_for(device, backend)
     qw, w_scale = quantize_weight(w, fp8_dtype=fp8)
+    poison_allocator(4 * x.numel() + 4 * case.n * x.numel() // k + (1 << 20), device)
     try:
-        y = linear(x, qw, w_scale, bias, backend=backend)
+        y = linear(x, qw, w_scale, bias, pow2_scales=case.pow2, backend=backend)
     except Exception as exc:  # reported as a failed case
         return False, f"{type(exc).__name__}: {exc}"
     if tuple(y.shape) != (*case.shape[:-1], case.n) or y.dtype != case.dtype:
         return False, f"got {tuple(y.shape)} {y.dtype}"
     if not x.numel():
         return True, ""
-    qx, x_scale = reference_quantize(x.reshape(-1, k), fp8, False)
+    if not torch.equal(y, _two_steps(x, qw, w_scale, bias, case, backend)):
+        return False, "differs from quantize_activation + gemm on the same backend"
+    qx, x_scale = reference_quantize(x.reshape(-1, k), fp8, case.pow2)
     want = oracle(qx, qw, x_scale, w_scale) + (bias.double() if case.bias else 0)
     got = y.reshape(-1, case.n)
     err = relative_error(got, want)
@@ -161,6 +170,16 @@ def run_linear_case(case: LinearCase, device, backend: str | None, seed: int | N
     if recipe_err > RECIPE_TOLERANCE:
         return False, f"rel. err {recipe_err:.3e} against the unquantized layer"
     return True, f"{err:.2e}"
+
+
+def _two_steps(x, qw, w_scale, bias, case: LinearCase, backend: str | None) -> torch.Tensor:
+    """The layer as its parts: a quantization on chip must give these very bits (same codes, same GEMM)."""
+    q, scale = quantize_activation(x, pow2_scales=case.pow2, backend=backend)
+    y = gemm(q, qw, scale, w_scale, out_dtype=torch.bfloat16 if case.dtype == torch.bfloat16 else torch.float32,
+             backend=backend)  # fmt: skip
+    if bias is not None:
+        y = y + bias
+    return y.to(case.dtype).view(*case.shape[:-1], case.n)
 
 
 def linear_tolerance(case: LinearCase) -> float:

@@ -1,7 +1,8 @@
 """``fp8gemm.linear``: bf16/fp16/fp32 activations in, the same dtype out, FP8 GEMM inside.
 
-``y = x @ dequant(weight).T + bias`` with x quantized per token per 128 of K (one kernel launch where
-the backend has one) and the weight in FP8 with one scale per 128x128 block.
+``y = x @ dequant(weight).T + bias`` with x quantized per token per 128 of K and the weight in FP8 with one
+scale per 128x128 block. A backend with a ``linear`` entry takes both steps in one call (and, where its
+GEMM quantizes A on chip, one launch); else its quantize kernel runs, then the GEMM.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import os
 import torch
 
 from . import ops, registry
-from .quantize import _IN_KINDS, _quantize_activation, kernel_quantize
+from .protocol import OUT_BF16, OUT_FP32
+from .quantize import _IN_KINDS, _kernel_input, _quantize_activation, kernel_quantize
 
 
 def _check_linear(x, weight, bias) -> None:
@@ -59,12 +61,42 @@ def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
         return None
     if bias is not None and (type(bias) is not tensor or bias.shape != (n,)):
         return None
-    q, scale = kernel_quantize(found[0], x.reshape(-1, k), pow2)
+    x2d = _kernel_input(x.reshape(-1, k))
     out_dtype = _gemm_dtype(x.dtype)
+    if found[0].linear is not None:
+        y = _launch_linear(found, x2d, weight, weight_scale, out_dtype, pow2, dev)
+        if y is not None:
+            return _finish(y, x, bias)
+    q, scale = kernel_quantize(found[0], x2d, pow2)
     y = ops._try_fast(backend_name, q, weight, scale, weight_scale, None, out_dtype)
     if y is None:  # an unusual weight or scale: the general path checks and raises
         y = ops._run(backend_name or "", q, weight, scale, weight_scale, None, out_dtype)
     return _finish(y, x, bias)
+
+
+def _launch_linear(found, x2d, weight, weight_scale, out_dtype, pow2: bool, dev: int):
+    """One call of the backend's linear entry (quantization and GEMM, fused where the backend fuses them), or
+    None for a weight or scale the general path must check."""
+    backend, _, _, read_b_scale_ld = found
+    m, k = x2d.shape
+    n = weight.shape[0]
+    ldb, b1 = weight.stride()
+    if n & 15 or b1 != 1 or ldb < k or ldb & 15 or weight.data_ptr() & 15 or ops._device_index(weight) != dev:
+        return None
+    kb, nb = k >> 7, (n + 127) >> 7
+    if type(weight_scale) is not torch.Tensor or weight_scale.dtype is not torch.float32 or weight_scale.shape != (nb, kb):
+        return None
+    b_scale_ld = read_b_scale_ld(weight_scale.stride(), nb, kb)
+    if b_scale_ld is None or weight_scale.data_ptr() & 15 or ops._device_index(weight_scale) != dev:
+        return None
+    in_kind = _IN_KINDS[x2d.dtype]
+    out = torch.empty((m, n), dtype=out_dtype, device=x2d.device)
+    ws_bytes = backend.linear_workspace_bytes(m, n, k, in_kind)
+    workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=x2d.device).data_ptr() if ws_bytes else 0
+    backend.linear(x2d.data_ptr(), weight.data_ptr(), weight_scale.data_ptr(), out.data_ptr(), workspace, m, n, k,
+                   x2d.stride(0), ldb, n, b_scale_ld, OUT_FP32 if out_dtype is torch.float32 else OUT_BF16, in_kind,
+                   int(pow2), ops._raw_stream(dev))  # fmt: skip
+    return out
 
 
 def _linear(x, weight, weight_scale, bias, pow2: bool, backend_name):

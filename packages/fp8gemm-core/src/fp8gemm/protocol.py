@@ -76,6 +76,18 @@ guarantees m >= 1, k % 128 == 0, 16-byte aligned pointers and row stride; asynch
 """
 
 
+LinearFn = Callable[..., None]
+"""``linear(x, b, b_scale, out, workspace, m, n, k, ldx, ldb, ldout, b_scale_ld, out_kind, in_kind, pow2, stream)``;
+all ints, all positional.
+
+One Linear layer: ``x`` as for :data:`QuantizeFn`, quantized exactly as ``quantize`` would, then the GEMM
+with ``b``/``b_scale`` into ``out`` as for :data:`LaunchFn`; ``workspace`` holds
+``linear_workspace_bytes(m, n, k, in_kind)`` bytes. The backend decides per shape whether its GEMM
+quantizes ``x`` on chip (one launch) or its quantizer runs first; the result is the same either way.
+Guarantees as for ``launch`` and ``quantize``; asynchronous like them.
+"""
+
+
 def _no_workspace(m: int, n: int, k: int) -> int:
     return 0
 
@@ -97,6 +109,8 @@ class Backend:
     workspace_bytes: Callable[[int, int, int], int] = _no_workspace
     priority: int = 0  # higher wins when several installed backends fit one device
     quantize: QuantizeFn | None = None  # optional activation-quantization kernel; else the reference runs
+    linear: LinearFn | None = None  # optional: quantization + GEMM in one call (needs quantize)
+    linear_workspace_bytes: Callable[[int, int, int, int], int] | None = None
 
     def __post_init__(self):
         if self.platform not in ("cuda", "rocm"):
@@ -105,3 +119,5 @@ class Backend:
             raise ValueError(f"Backend {self.name!r} declares no targets")
         if not callable(self.launch):
             raise TypeError(f"Backend {self.name!r}: launch must be callable")
+        if self.linear is not None and (self.quantize is None or not callable(self.linear_workspace_bytes)):
+            raise TypeError(f"Backend {self.name!r}: a linear entry needs quantize and linear_workspace_bytes")

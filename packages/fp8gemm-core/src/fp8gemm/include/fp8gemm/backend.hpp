@@ -29,4 +29,14 @@ struct QuantizeArgs {
   uintptr_t stream;
 };
 
+// One Linear layer: x [m, k] float (row stride ldx elements, InKind) -> out [m, n] = quantize(x) @ b^T, with x
+// quantized per 1 x 128 block exactly as QuantizeArgs describes. `workspace` holds the backend's
+// linear_workspace_bytes(m, n, k, in_kind) bytes. Guarantees as for LaunchArgs and QuantizeArgs.
+struct LinearArgs {
+  uintptr_t x, b, b_scale, out, workspace;
+  int64_t m, n, k, ldx, ldb, ldo, b_scale_ld;
+  int out_kind, in_kind, pow2;
+  uintptr_t stream;
+};
+
 }  // namespace fp8gemm

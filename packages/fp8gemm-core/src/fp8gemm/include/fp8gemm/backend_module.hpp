@@ -1,5 +1,6 @@
 // The Python module every arch package exposes to the core (pybind11, no libtorch):
-//   launch(16 ints), workspace_bytes(m, n, k), build_info() -> dict, and optionally quantize(10 ints)
+//   launch(16 ints), workspace_bytes(m, n, k), build_info() -> dict, and optionally quantize(10 ints) and
+//   linear(16 ints) with linear_workspace_bytes(m, n, k, in_kind)
 // An arch package's binding is then one line per entry:
 //   PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &my::launch, &my::workspace_bytes, my::build_info); }
 #pragma once
@@ -35,6 +36,20 @@ void define_quantize_entry(pybind11::module_& m, Quantize quantize) {
         quantize(QuantizeArgs{x, q, scale, m, k, ldx, scale_ld, in_kind, pow2, stream});
       },
       "Enqueue one activation quantization on `stream` (all arguments are integers)");
+}
+
+// The optional Linear-layer entry (fp8gemm.protocol.LinearFn): quantization and GEMM in one call.
+template <class Linear, class WorkspaceBytes>
+void define_linear_entry(pybind11::module_& m, Linear linear, WorkspaceBytes workspace_bytes) {
+  m.def(
+      "linear",
+      [linear](uintptr_t x, uintptr_t b, uintptr_t b_scale, uintptr_t out, uintptr_t workspace, int64_t m, int64_t n,
+               int64_t k, int64_t ldx, int64_t ldb, int64_t ldo, int64_t b_scale_ld, int out_kind, int in_kind, int pow2,
+               uintptr_t stream) {
+        linear(LinearArgs{x, b, b_scale, out, workspace, m, n, k, ldx, ldb, ldo, b_scale_ld, out_kind, in_kind, pow2, stream});
+      },
+      "Enqueue one Linear layer (activation quantization + GEMM) on `stream` (all arguments are integers)");
+  m.def("linear_workspace_bytes", workspace_bytes, "Scratch bytes linear() needs for (m, n, k, in_kind) on the current device");
 }
 
 }  // namespace fp8gemm
