@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kQ
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&smem.full[s], C::kQuantA ? C::kQuantThreads : 1);  // the TMA thread's with the byte count, or the quantizers'
+      mbar_init(&smem.full[s], C::kQuantA ? C::kQuantArrivals : 1);  // the TMA thread's with the byte count, or the quantizers'
       if constexpr (C::kQuantA) mbar_init(&smem.loaded[s], 1);
       // One arrival per consumer warp (per thread: see kLane0Release) of every CTA whose half lands here.
       mbar_init(&smem.empty[s], kCluster * C::kConsumers * (!C::kOverlap && !C::kLane0Release ? 128 : 4));

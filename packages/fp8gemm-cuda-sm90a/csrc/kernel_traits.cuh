@@ -67,7 +67,7 @@ struct KernelTraits {
   // to the consumers; the layer is then one launch. Each A stage holds the 16-bit rows.
   static constexpr bool kQuantA = kQuantizeA;
   static_assert(!kQuantA || (kOverlap && kCluster == 1 && kSub == 1), "A quantized on chip: unclustered two-set tiles");
-  static constexpr int kQuantThreads = 96;  // producer warps 1-3
+  static constexpr int kQuantArrivals = 16;  // a stage's quantizer group (quantize_a.cuh), every lane
   static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12, kQuantA);
   static_assert(!kSplitK || (kConsumers == 1 && kSub == 1 && kCluster == 1 && kBlockN <= kBlockK),
                 "K split over warpgroups: 64-row two-set tiles");
@@ -109,7 +109,8 @@ struct KernelTraits {
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg). The
   // pool is what the launch allocated (65536 / kThreads per thread, a multiple of 8, at most 255);
   // asking for more than it holds hangs setmaxnreg.inc. Two consumers: 168 x 384 = 128 x 40 + 256 x 232.
-  static constexpr int kProducerRegs = kQuantA ? 56 : 40;  // the quantizer warps' conversion: 40 spilled
+  // The quantizer warps' conversion spilled at 40; one consumer warpgroup leaves room for 72 at no cost to it.
+  static constexpr int kProducerRegs = !kQuantA ? 40 : kConsumerWGs == 1 ? 72 : 56;
   static constexpr int kLaunchRegs = (65536 / kThreads > 255 ? 255 : 65536 / kThreads) / 8 * 8;
   static constexpr int kPoolRegs = kLaunchRegs * kThreads - 128 * kProducerRegs;
   static constexpr int kConsumerRegsFit = kPoolRegs / (128 * kConsumerWGs) / 8 * 8;

@@ -84,7 +84,11 @@ def _launch_linear(found, x2d, weight, weight_scale, out_dtype, pow2: bool, dev:
     if n & 15 or b1 != 1 or ldb < k or ldb & 15 or weight.data_ptr() & 15 or ops._device_index(weight) != dev:
         return None
     kb, nb = k >> 7, (n + 127) >> 7
-    if type(weight_scale) is not torch.Tensor or weight_scale.dtype is not torch.float32 or weight_scale.shape != (nb, kb):
+    if (
+        type(weight_scale) is not torch.Tensor
+        or weight_scale.dtype is not torch.float32
+        or weight_scale.shape != (nb, kb)
+    ):
         return None
     b_scale_ld = read_b_scale_ld(weight_scale.stride(), nb, kb)
     if b_scale_ld is None or weight_scale.data_ptr() & 15 or ops._device_index(weight_scale) != dev:
