@@ -16,4 +16,6 @@ pybind11::dict build_info() {
 PYBIND11_MODULE(_C, m) {
   fp8gemm::define_backend_module(m, &fp8gemm_sm120::launch, &fp8gemm_sm120::workspace_bytes, &build_info);
   fp8gemm::define_quantize_entry(m, &fp8gemm_sm120::quantize);
+  // A scales: MN-major with 16-byte columns (its backend.py's a_scale_layout).
+  fp8gemm::define_two_step_linear_entry(m, &fp8gemm_sm120::quantize, &fp8gemm_sm120::launch, &fp8gemm_sm120::workspace_bytes, 4);
 }

@@ -36,7 +36,7 @@ struct Consumer {
 
   // One K block of stage s for the warpgroup's 64-row slice `slice`, into a fresh accumulator.
   __device__ __forceinline__ void issue(float (&into)[C::kAcc], int s, int slice) {
-    const uint32_t a_lo = a_desc_base + s * (C::kAStageBytes >> 4) + slice * (64 * kBlockK >> 4);
+    const uint32_t a_lo = a_desc_base + s * (C::kABytes >> 4) + slice * (64 * kBlockK >> 4);
     const uint32_t b_lo = b_desc_base + s * (C::kBBytes >> 4);
     wgmma_fence();
 #pragma unroll

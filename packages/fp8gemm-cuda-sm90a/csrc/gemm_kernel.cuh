@@ -8,7 +8,6 @@
 // fp32 accumulator, release the stage, and promote the accumulator into the slice's running total with
 // both scales (the tensor core's FP8 accumulation is not full fp32, so it never runs for more than 128 of
 // K): mainloop_two_set.cuh or mainloop_one_set.cuh, by the tile's MainLoop. Then epilogue.cuh.
-// kQuantA: A arrives as bf16/fp16 and producer warps quantize each stage on chip first (quantize_a.cuh).
 // With kCluster = 2, two CTAs of a cluster share (multicast) one operand; with kCluster = 1 the launch may
 // still pair CTAs in 2-CTA clusters for placement only: the kernel never addresses its peer.
 // The parts and their choices: docs/kernels/sm90a-structure.md.
@@ -28,12 +27,12 @@
 
 namespace fp8gemm_sm90a {
 
-template <int kRows, int kCols, int kCluster, MainLoop kLoop, bool kQuantA>
-__global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kQuantA>::kThreads, 1)
+template <int kRows, int kCols, int kCluster, MainLoop kLoop>
+__global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop>::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_scale, const __grid_constant__ CUtensorMap map_out,
                 const Params p) {
-  using C = KernelTraits<kRows, kCols, kCluster, kLoop, kQuantA>;
+  using C = KernelTraits<kRows, kCols, kCluster, kLoop>;
   constexpr int kStages = C::kStages, kSub = C::kSub, kBlockN = C::kBlockN;
   extern __shared__ uint8_t smem_raw[];
   const SharedStorage<C> smem(
@@ -46,8 +45,7 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kQ
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&smem.full[s], C::kQuantA ? C::kQuantArrivals : 1);  // the TMA thread's with the byte count, or the quantizers'
-      if constexpr (C::kQuantA) mbar_init(&smem.loaded[s], 1);
+      mbar_init(&smem.full[s], 1);  // the TMA thread's, with the byte count
       // One arrival per consumer warp (per thread: see kLane0Release) of every CTA whose half lands here.
       mbar_init(&smem.empty[s], kCluster * C::kConsumers * (!C::kOverlap && !C::kLane0Release ? 128 : 4));
     }

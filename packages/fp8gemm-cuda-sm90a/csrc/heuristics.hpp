@@ -16,17 +16,12 @@ constexpr int kGroupMNarrowWave = 4;
 // 64 x 16 and 64 x 32 tiles with at least this many K blocks per split share them out over two warpgroups.
 constexpr int kWarpgroupSplitMinKb = 48;
 
-// The Linear layer quantizes A on chip (one launch, kernel_traits.cuh kQuantA) up to this M, where its tile has
-// such a kernel; above, the separate quantizer runs first (docs/kernels/sm90a.md#the-linear-layer).
-constexpr int kQuantizingMaxM = 128;
-
 // Forced choices for experiments (FP8GEMM_SM90A_TILE="rows,cols[,cluster]", FP8GEMM_SM90A_SPLITS=n,
 // FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1, FP8GEMM_SM90A_WG_SPLIT_MIN_KB=n); 0 leaves the
-// choice to the policy. FP8GEMM_SM90A_QUANTIZING_MAX_M=n sets quantizing_max_m (0: never on chip).
+// choice to the policy.
 struct Tuning {
   int rows = 0, cols = 0, cluster = 0, splits = 0, group_m = 0, no_pairs = 0;
   int wg_split_min_kb = 0;  // the warpgroup K split's threshold in K blocks per split
-  int quantizing_max_m = kQuantizingMaxM;
 };
 
 struct Plan {

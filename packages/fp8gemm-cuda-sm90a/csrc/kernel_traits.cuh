@@ -19,7 +19,6 @@ struct Params {
   int out_fp32;
   int kb_per_split, splits, m_blocks, n_blocks;
   int tx_bytes;  // bytes per stage, as the tensor maps' boxes give them (launch_tiles.cuh: short_a)
-  int a_fp16, a_pow2;  // kQuantA kernels: A is fp16 (else bf16); scales rounded up to powers of two
   // The cluster tiles' order (groups of the plan's group_m M blocks for L2 reuse), its divisors computed at launch.
   TileOrder order;
 };
@@ -32,19 +31,18 @@ constexpr int kSegBytes = 4 * 8 + 2 * 2 * kSegKb * 4;
 __host__ __device__ constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
 
 // Pipeline depth: as many stages as shared memory holds next to the epilogue buffer and `extra`
-// bytes, at most `cap`. `quant_a`: A stages hold 16-bit rows (twice the FP8 bytes) and a third barrier.
-constexpr int stages_for(int block_m, int block_n, int extra = 0, int cap = 12, bool quant_a = false) {
-  const int per_stage = (quant_a ? 2 : 1) * block_m * kBlockK + block_n * kBlockK + block_m * 4;
+// bytes, at most `cap`.
+constexpr int stages_for(int block_m, int block_n, int extra = 0, int cap = 12) {
+  const int per_stage = block_m * kBlockK + block_n * kBlockK + block_m * 4;
   const int epilogue = block_n % 32 == 0 ? block_m * block_n * 2 : 0;
-  const int barriers = (quant_a ? 3 : 2) * cap * 8;
-  const int fit = (227 * 1024 - 2048 - epilogue - barriers - kSegBytes - extra) / per_stage;  // 2048: alignment
+  const int fit = (227 * 1024 - 2048 - epilogue - 2 * cap * 8 - kSegBytes - extra) / per_stage;  // 2048: alignment; barriers
   return fit < cap ? fit : cap;
 }
 
 // A TMA box of fp32 scales starts and spans whole 16 bytes in its inner dimension (M): 4 rows.
 __host__ __device__ constexpr int round_up_to_4_rows(int rows) { return (rows + 3) & ~3; }
 
-template <int kRows, int kCols, int kCluster, MainLoop kLoop, bool kQuantizeA = false>
+template <int kRows, int kCols, int kCluster, MainLoop kLoop>
 struct KernelTraits {
   static constexpr int kBlockM = kRows, kBlockN = kCols;
   // kSub: 64-row slices per consumer warpgroup; 256-row tiles are two warpgroups of two slices, multiplied
@@ -62,13 +60,7 @@ struct KernelTraits {
   static constexpr int kSplitWG = kSplitK ? 2 : 1;
   static constexpr int kConsumerWGs = kConsumers * kSplitWG;
   static constexpr int kRedBytes = kSplitK ? 128 * (kBlockN / 2) * 4 : 0;
-  // A quantized on chip: the TMA thread loads A's bf16/fp16 rows into the stage, producer warps 1-3 (free in
-  // these loops) turn them into FP8 codes and scales in place (quantize_a.cuh), then release the stage
-  // to the consumers; the layer is then one launch. Each A stage holds the 16-bit rows.
-  static constexpr bool kQuantA = kQuantizeA;
-  static_assert(!kQuantA || (kOverlap && kCluster == 1 && kSub == 1), "A quantized on chip: unclustered two-set tiles");
-  static constexpr int kQuantArrivals = 16;  // a stage's quantizer group (quantize_a.cuh), every lane
-  static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12, kQuantA);
+  static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12);
   static_assert(!kSplitK || (kConsumers == 1 && kSub == 1 && kCluster == 1 && kBlockN <= kBlockK),
                 "K split over warpgroups: 64-row two-set tiles");
   static_assert(kStages >= 3, "at least three pipeline stages");
@@ -109,23 +101,21 @@ struct KernelTraits {
   // Registers per consumer thread after the producer gives most of its own back (setmaxnreg). The
   // pool is what the launch allocated (65536 / kThreads per thread, a multiple of 8, at most 255);
   // asking for more than it holds hangs setmaxnreg.inc. Two consumers: 168 x 384 = 128 x 40 + 256 x 232.
-  // The quantizer warps' conversion spilled at 40; one consumer warpgroup leaves room for 72 at no cost to it.
-  static constexpr int kProducerRegs = !kQuantA ? 40 : kConsumerWGs == 1 ? 72 : 56;
+  static constexpr int kProducerRegs = 40;
   static constexpr int kLaunchRegs = (65536 / kThreads > 255 ? 255 : 65536 / kThreads) / 8 * 8;
   static constexpr int kPoolRegs = kLaunchRegs * kThreads - 128 * kProducerRegs;
   static constexpr int kConsumerRegsFit = kPoolRegs / (128 * kConsumerWGs) / 8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegsFit > 232 ? 232 : kConsumerRegsFit;
   static constexpr int kABytes = kBlockM * kBlockK;
-  static constexpr int kAStageBytes = kQuantA ? 2 * kABytes : kABytes;  // FP8 codes in the first half
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kSBytes = kBlockM * 4;
-  // [A x stages][B x stages][A scales x stages][epilogue][full bars][empty bars][loaded bars (kQuantA)]
-  // [B-scale segment bars, segments][warpgroup sums]; tiles 1024-byte aligned (SW128). bf16 output leaves through shared memory
+  // [A x stages][B x stages][A scales x stages][epilogue][full bars][empty bars][B-scale segment bars,
+  // segments][warpgroup sums]; tiles 1024-byte aligned (SW128). bf16 output leaves through shared memory
   // and TMA stores (the swizzle keeps the stmatrix writes from the accumulator layout conflict-free).
   static constexpr int kEpiBytes = kTmaStore ? kBlockM * kBlockN * 2 : 0;
-  static constexpr int kEpiOffset = (kStages * (kAStageBytes + kBBytes + kSBytes) + 1023) / 1024 * 1024;  // SW128 base
+  static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes) + 1023) / 1024 * 1024;  // SW128 base
   static constexpr int kBarOffset = kEpiOffset + kEpiBytes;
-  static constexpr int kSegOffset = kBarOffset + (kQuantA ? 3 : 2) * kStages * 8;
+  static constexpr int kSegOffset = kBarOffset + 2 * kStages * 8;
   static constexpr int kRedOffset = kSegOffset + kSegBytes;
   static constexpr int kSmemBytes = kRedOffset + kRedBytes + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "Hopper allows 227 KB of shared memory per block");
@@ -138,13 +128,12 @@ constexpr int kEpiFullBar = 4, kEpiFreeBar = 8;
 // The kernel's shared memory, carved from the dynamic allocation (1024-byte aligned for SW128).
 template <class C>
 struct SharedStorage {
-  uint8_t* tiles_a;    // [stage][BLOCK_M][128] FP8 (kQuantA: [stage][BLOCK_M][128] 16-bit, FP8 codes in place)
+  uint8_t* tiles_a;    // [stage][BLOCK_M][128] FP8
   uint8_t* tiles_b;    // [stage][BLOCK_N][128] FP8
   float* scales;       // [stage][BLOCK_M] A scales
   uint8_t* epilogue;   // bf16 tile buffer for the TMA stores
   uint64_t* full;      // per stage: loaded (the TMA thread's arrival with the byte count)
   uint64_t* empty;     // per stage: released by the consumers
-  uint64_t* loaded;    // kQuantA, per stage: A's 16-bit rows and B loaded (full then waits for the quantizers)
   uint64_t* seg_full;  // per B-scale segment buffer: written by the B-scale warp
   uint64_t* seg_empty;
   float* seg_scales;  // [buffer][row][kSegKb]
@@ -152,12 +141,11 @@ struct SharedStorage {
 
   __device__ __forceinline__ explicit SharedStorage(uint8_t* smem)
       : tiles_a(smem),
-        tiles_b(smem + C::kStages * C::kAStageBytes),
-        scales(reinterpret_cast<float*>(smem + C::kStages * (C::kAStageBytes + C::kBBytes))),
+        tiles_b(smem + C::kStages * C::kABytes),
+        scales(reinterpret_cast<float*>(smem + C::kStages * (C::kABytes + C::kBBytes))),
         epilogue(smem + C::kEpiOffset),
         full(reinterpret_cast<uint64_t*>(smem + C::kBarOffset)),
         empty(full + C::kStages),
-        loaded(empty + C::kStages),
         seg_full(reinterpret_cast<uint64_t*>(smem + C::kSegOffset)),
         seg_empty(seg_full + 2),
         seg_scales(reinterpret_cast<float*>(seg_empty + 2)),

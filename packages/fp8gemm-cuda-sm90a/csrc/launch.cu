@@ -8,7 +8,6 @@
 
 #include "fp8gemm/cuda/device.hpp"
 #include "fp8gemm/cuda/reduce_splits.cuh"
-#include "fp8gemm/linear_steps.hpp"
 #include "launch.hpp"
 #include "tile_launch.hpp"
 
@@ -17,12 +16,11 @@ namespace {
 
 constexpr fp8gemm::cuda::Devices kDevices("fp8gemm-cuda-sm90a");
 
-TileLaunch launch_of(const TileConfig& tile, bool quantizing) {
+TileLaunch launch_of(const TileConfig& tile) {
   const int index = tile_index(tile);
   if (index < 0) kDevices.fail("the plan names a tile that is not compiled");
-  const bool level10 = kTiles[index].unit == Unit::kRegisterLevel10;
-  const TileLaunch launch = quantizing ? (level10 ? register_level10_unit_quantizing_launch(index) : default_unit_quantizing_launch(index))
-                                       : (level10 ? register_level10_unit_launch(index) : default_unit_launch(index));
+  const TileLaunch launch = kTiles[index].unit == Unit::kRegisterLevel10 ? register_level10_unit_launch(index)
+                                                                         : default_unit_launch(index);
   if (!launch) kDevices.fail("tile compiled in no translation unit");
   return launch;
 }
@@ -34,8 +32,8 @@ int env_int(const char* name, int fallback) {
 
 // Experiments: FP8GEMM_SM90A_TILE="rows,cols[,cluster]" (a compiled shape), FP8GEMM_SM90A_SPLITS=n,
 // FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1 and FP8GEMM_SM90A_WG_SPLIT_MIN_KB=n (64 x 16 and
-// 64 x 32 tiles split their K blocks over two warpgroups from n per tile) force the plan's choices;
-// FP8GEMM_SM90A_QUANTIZING_MAX_M=n moves the layer's on-chip quantization bound (read once per process).
+// 64 x 32 tiles split their K blocks over two warpgroups from n per tile) force the plan's choices
+// (read once per process).
 const Tuning& tuning() {
   static const Tuning t = [] {
     Tuning t;
@@ -49,7 +47,6 @@ const Tuning& tuning() {
     t.group_m = std::max(0, env_int("FP8GEMM_SM90A_GROUP_M", 0));
     t.no_pairs = env_int("FP8GEMM_SM90A_NO_PAIRS", 0) != 0;
     t.wg_split_min_kb = std::max(0, env_int("FP8GEMM_SM90A_WG_SPLIT_MIN_KB", 0));
-    t.quantizing_max_m = std::max(0, env_int("FP8GEMM_SM90A_QUANTIZING_MAX_M", kQuantizingMaxM));
     return t;
   }();
   return t;
@@ -61,9 +58,10 @@ int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) {
   return plan_for(m, n, k, kDevices.sm_count(kDevices.current()), tuning()).workspace_bytes;
 }
 
-namespace {
-
-Params params_of(const fp8gemm::LaunchArgs& args, const Plan& plan) {
+void launch(const fp8gemm::LaunchArgs& args) {
+  const int dev = kDevices.current();
+  const Plan plan = plan_for(args.m, args.n, args.k, kDevices.sm_count(dev), tuning());
+  if (plan.splits > 1 && !args.workspace) kDevices.fail("split-K plan needs the workspace");
   Params p{};
   p.out = reinterpret_cast<void*>(args.out);
   p.partial = plan.splits > 1 ? reinterpret_cast<float*>(args.workspace) : nullptr;
@@ -72,56 +70,14 @@ Params params_of(const fp8gemm::LaunchArgs& args, const Plan& plan) {
   p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
   p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
   p.kb_per_split = plan.kb_per_split, p.splits = plan.splits, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
-  return p;
-}
-
-void run_plan(const fp8gemm::LaunchArgs& args, Params p, const Plan& plan, bool quantizing, int dev) {
-  if (plan.splits > 1 && !args.workspace) kDevices.fail("split-K plan needs the workspace");
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
-  launch_of(plan.tile, quantizing)(args, p, plan, stream, dev);
+  launch_of(plan.tile)(args, p, plan, stream, dev);
   kDevices.check(cudaGetLastError(), "GEMM kernel launch");
   if (plan.splits > 1) {
     fp8gemm::cuda::enqueue_reduce_splits(p.partial, p.out, p.m, p.n, p.ldo, plan.splits, p.out_fp32, 4 * kDevices.sm_count(dev),
                                    stream);
     kDevices.check(cudaGetLastError(), "split-K reduction launch");
   }
-}
-
-// Whether the layer quantizes A on chip: 16-bit input, M within the bound, and a tile with a quantizing kernel.
-bool quantizes_on_chip(const Plan& plan, int64_t m, int in_kind) {
-  return (in_kind == fp8gemm::kInBF16 || in_kind == fp8gemm::kInFP16) && m <= tuning().quantizing_max_m &&
-         has_quantizing_kernel(plan.tile);
-}
-
-fp8gemm::LinearWorkspace two_step_workspace(const Plan& plan, int64_t m, int64_t k) {
-  return fp8gemm::linear_workspace(m, k, plan.workspace_bytes, 4);  // A scales: MN-major, 16-byte columns
-}
-
-}  // namespace
-
-void launch(const fp8gemm::LaunchArgs& args) {
-  const int dev = kDevices.current();
-  const Plan plan = plan_for(args.m, args.n, args.k, kDevices.sm_count(dev), tuning());
-  run_plan(args, params_of(args, plan), plan, false, dev);
-}
-
-int64_t linear_workspace_bytes(int64_t m, int64_t n, int64_t k, int in_kind) {
-  const Plan plan = plan_for(m, n, k, kDevices.sm_count(kDevices.current()), tuning());
-  return quantizes_on_chip(plan, m, in_kind) ? plan.workspace_bytes : two_step_workspace(plan, m, k).bytes;
-}
-
-void linear(const fp8gemm::LinearArgs& args) {
-  const int dev = kDevices.current();
-  const Plan plan = plan_for(args.m, args.n, args.k, kDevices.sm_count(dev), tuning());
-  if (!quantizes_on_chip(plan, args.m, args.in_kind)) {
-    fp8gemm::linear_in_two_steps(args, two_step_workspace(plan, args.m, args.k), quantize, launch);
-    return;
-  }
-  const fp8gemm::LaunchArgs gemm{args.x, args.b, 0, args.b_scale, args.out, args.workspace, args.m, args.n, args.k,
-                                 args.ldx, args.ldb, args.ldo, 0, args.b_scale_ld, args.out_kind, args.stream};
-  Params p = params_of(gemm, plan);
-  p.a_fp16 = args.in_kind == fp8gemm::kInFP16, p.a_pow2 = args.pow2;
-  run_plan(gemm, p, plan, true, dev);
 }
 
 }  // namespace fp8gemm_sm90a

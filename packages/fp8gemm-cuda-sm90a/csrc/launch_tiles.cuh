@@ -60,15 +60,14 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
   return map;
 }
 
-// kQuantA: a.a is the bf16/fp16 activation (row stride a.lda elements) and a.a_scale unused.
-template <int kIndex, bool kQuantA>
+template <int kIndex>
 void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaStream_t stream, int dev) {
   constexpr TileConfig kTile = kTiles[kIndex];
   constexpr int kBlockN = kTile.cols, kCluster = kTile.cluster;
-  using C = KernelTraits<kTile.rows, kTile.cols, kTile.cluster, kTile.loop, kQuantA>;
+  using C = KernelTraits<kTile.rows, kTile.cols, kTile.cluster, kTile.loop>;
   constexpr int kSub = C::kSub;
   const int grid = plan.grid;
-  auto kernel = gemm_kernel<kTile.rows, kTile.cols, kTile.cluster, kTile.loop, kQuantA>;
+  auto kernel = gemm_kernel<kTile.rows, kTile.cols, kTile.cluster, kTile.loop>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
   std::call_once(configured[dev], [&] {
     kDevices.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
@@ -84,24 +83,15 @@ void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaS
   const bool short_a = !C::kAlongN && a.m < C::kBlockM;
   const int rows_a = short_a ? static_cast<int>(a.m) : kRowsA;
   const int scales_a = short_a ? round_up_to_4_rows(rows_a) : C::kBlockM;
+  const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, rows_a, CU_TENSOR_MAP_SWIZZLE_128B);
   const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kRowsB,
                                      CU_TENSOR_MAP_SWIZZLE_128B);
-  CUtensorMap map_a, map_s;
-  if constexpr (kQuantA) {
-    // 16-bit rows of 256 bytes, unswizzled (the quantizer warps read whole rows conflict-free); no scales.
-    map_a = make_map(reinterpret_cast<void*>(a.a), p.a_fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                     2, a.k, a.m, a.lda, kBlockK, rows_a, CU_TENSOR_MAP_SWIZZLE_NONE);
-    map_s = map_a;
-    p.tx_bytes = rows_a * kBlockK * 2 + C::kBBytes;
-  } else {
-    map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, rows_a, CU_TENSOR_MAP_SWIZZLE_128B);
-    // A scales, MN-major: row kb holds the scales of every M row for that K block.
-    map_s = make_map(reinterpret_cast<void*>(a.a_scale), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.m, a.k / kBlockK,
-                     a.a_scale_ld, scales_a, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
-    // Every CTA's stage receives all of A (multicast: both halves), B and the scales; TMA counts
-    // bytes it fills past the end of a box too.
-    p.tx_bytes = (short_a ? rows_a * kBlockK : C::kABytes) + C::kBBytes + scales_a * 4;
-  }
+  // A scales, MN-major: row kb holds the scales of every M row for that K block.
+  const CUtensorMap map_s = make_map(reinterpret_cast<void*>(a.a_scale), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.m,
+                                     a.k / kBlockK, a.a_scale_ld, scales_a, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  // Every CTA's stage receives all of A (multicast: both halves), B and the scales; TMA counts
+  // bytes it fills past the end of a box too.
+  p.tx_bytes = (short_a ? rows_a * kBlockK : C::kABytes) + C::kBBytes + scales_a * 4;
   p.order = make_tile_order(m_groups_of<kCluster, C::kAlongN>(p), n_groups_of<kCluster, C::kAlongN>(p), plan.group_m);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
@@ -146,18 +136,16 @@ void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaS
   kDevices.check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
 }
 
-// The launch of tile kTiles[kIndex] (kQuantA: its quantizing kernel) where this translation unit compiles it
-// (its Unit), else null.
-template <Unit kUnit, bool kQuantA, int kIndex>
+// The launch of tile kTiles[kIndex] where this translation unit compiles it (its Unit), else null.
+template <Unit kUnit, int kIndex>
 constexpr TileLaunch launch_in_unit() {
-  if constexpr (kTiles[kIndex].unit == kUnit && (!kQuantA || has_quantizing_kernel(kTiles[kIndex])))
-    return &launch_tile<kIndex, kQuantA>;
+  if constexpr (kTiles[kIndex].unit == kUnit) return &launch_tile<kIndex>;
   else return nullptr;
 }
 
-template <Unit kUnit, bool kQuantA, int... kIndex>
+template <Unit kUnit, int... kIndex>
 TileLaunch unit_launch(int index, std::integer_sequence<int, kIndex...>) {
-  static constexpr TileLaunch kLaunches[] = {launch_in_unit<kUnit, kQuantA, kIndex>()...};
+  static constexpr TileLaunch kLaunches[] = {launch_in_unit<kUnit, kIndex>()...};
   return index >= 0 && index < kTileCount ? kLaunches[index] : nullptr;
 }
 

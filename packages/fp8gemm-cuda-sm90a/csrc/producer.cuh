@@ -2,12 +2,10 @@
 // A's scales. Warp 1 (one-set loop): the B-scale warp, writing each tile's B scales into shared-memory
 // segments ahead of the consumers (a warp of its own, so its lanes load a segment's scales at once: one
 // load latency per segment). Warp 2 (256-row tiles): the store warp, issuing the consumers' TMA stores.
-// With A quantized on chip (kQuantA), warps 1-3 are the quantizers (quantize_a.cuh).
 #pragma once
 
 #include "epilogue.cuh"
 #include "ptx.cuh"
-#include "quantize_a.cuh"
 #include "scheduler.cuh"
 
 namespace fp8gemm_sm90a {
@@ -51,12 +49,6 @@ __device__ __forceinline__ void load_tile(const SharedStorage<C>& smem, const CU
   for (int kb = k.begin; kb < k.end; ++kb, ring.advance()) {
     const int s = ring.stage;
     mbar_wait(&smem.empty[s], ring.phase ^ 1);
-    if constexpr (C::kQuantA) {  // A's 16-bit rows and B, for the quantizer warps
-      mbar_expect_tx(&smem.loaded[s], p.tx_bytes);
-      tma_load_2d(smem.tiles_a + s * C::kAStageBytes, map_a, &smem.loaded[s], kb * kBlockK, tile.row0);
-      tma_load_2d(smem.tiles_b + s * C::kBBytes, map_b, &smem.loaded[s], kb * kBlockK, tile.n_block * kBlockN);
-      continue;
-    }
     mbar_expect_tx(&smem.full[s], p.tx_bytes);
     if constexpr (C::kAlongN) {  // this CTA's half of A, into both CTAs
       constexpr int kRows = C::kBlockM / kCluster;
@@ -107,9 +99,6 @@ __device__ __forceinline__ void run_producer(const SharedStorage<C>& smem, const
                                              int kb_total) {
   regs_decrease<C::kProducerRegs>();
   const int producer_warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  if constexpr (C::kQuantA) {
-    if (producer_warp > 0) return quantize_tiles(smem, p, walk, kb_total);
-  }
   const bool tma_thread = producer_warp == 0 && (C::kElectedProducer ? elect_one() : lane == 0);
   if (tma_thread || (C::kSegmentScalesB && producer_warp == 1)) {
     Ring<C::kStages> ring;

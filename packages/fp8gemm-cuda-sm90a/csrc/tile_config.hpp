@@ -71,12 +71,6 @@ constexpr bool shape_compiled(int rows, int cols, int cluster) {
   return false;
 }
 
-// Tiles also compiled with A quantized on chip (KernelTraits::kQuantA): the 64-row ones (decode), whose loops
-// leave producer warps 1-3 free (the two-set and split loops); every N tile's CTA quantizes its A rows again.
-constexpr bool has_quantizing_kernel(const TileConfig& t) {
-  return t.rows == 64 && t.cluster == 1 && t.loop != MainLoop::kOneSet;
-}
-
 // Which way a 2-CTA cluster pairs tiles: 256-row tiles along N (sharing A), the others along M (sharing B).
 constexpr bool pairs_along_n(int rows) { return rows == 256; }
 

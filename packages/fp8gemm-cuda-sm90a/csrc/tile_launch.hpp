@@ -1,5 +1,5 @@
 // The launches of the compiled tiles (tile_config.hpp kTiles), by index, from the translation unit that
-// compiles each one: tiles.cu (Unit::kDefault) and tiles_register_level10.cu (Unit::kRegisterLevel10), and tiles_quantizing*.cu.
+// compiles each one: tiles.cu (Unit::kDefault) and tiles_register_level10.cu (Unit::kRegisterLevel10).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -11,11 +11,8 @@ namespace fp8gemm_sm90a {
 
 using TileLaunch = void (*)(const fp8gemm::LaunchArgs& args, Params p, const Plan& plan, cudaStream_t stream, int dev);
 
-// The launch of kTiles[index] if its unit is the named one, else null; the quantizing ones (A quantized on
-// chip) in their own translation units, compiled in parallel with the others.
+// The launch of kTiles[index] if its unit is the named one, else null.
 TileLaunch default_unit_launch(int index);
 TileLaunch register_level10_unit_launch(int index);
-TileLaunch default_unit_quantizing_launch(int index);
-TileLaunch register_level10_unit_quantizing_launch(int index);
 
 }  // namespace fp8gemm_sm90a

@@ -4,7 +4,7 @@
 namespace fp8gemm_sm90a {
 
 TileLaunch default_unit_launch(int index) {
-  return unit_launch<Unit::kDefault, false>(index, std::make_integer_sequence<int, kTileCount>());
+  return unit_launch<Unit::kDefault>(index, std::make_integer_sequence<int, kTileCount>());
 }
 
 }  // namespace fp8gemm_sm90a

@@ -6,7 +6,7 @@
 namespace fp8gemm_sm90a {
 
 TileLaunch register_level10_unit_launch(int index) {
-  return unit_launch<Unit::kRegisterLevel10, false>(index, std::make_integer_sequence<int, kTileCount>());
+  return unit_launch<Unit::kRegisterLevel10>(index, std::make_integer_sequence<int, kTileCount>());
 }
 
 }  // namespace fp8gemm_sm90a

@@ -27,5 +27,7 @@ py::dict plan(int64_t m, int64_t n, int64_t k, int cus) {
 PYBIND11_MODULE(_C, m) {
   fp8gemm::define_backend_module(m, &launch, &workspace_bytes, &build_info);
   fp8gemm::define_quantize_entry(m, &quantize);
+  // A scales: MN-major with 16-byte columns (its backend.py's a_scale_layout).
+  fp8gemm::define_two_step_linear_entry(m, &quantize, &launch, &workspace_bytes, 4);
   m.def("plan", &plan, "Launch geometry for (m, n, k) on a GPU with `cus` compute units");
 }

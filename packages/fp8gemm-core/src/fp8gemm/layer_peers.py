@@ -21,25 +21,12 @@ Prepare = Callable[[torch.Tensor], Forward]
 OURS = "fp8gemm.linear"
 BF16 = "bf16 F.linear"
 GEMM_ALONE = "fp8gemm.gemm alone (input pre-quantized)"
-TWO_LAUNCHES = "fp8gemm quantize_activation + gemm"
 
 
 def _ours(w: torch.Tensor) -> Forward:
     qw, scale = quantize_weight(w)
     scale = prepare_weight_scale(scale)
     return lambda x: linear(x, qw, scale)
-
-
-def _two_launches(w: torch.Tensor) -> Forward:
-    """Our quantizer, then our GEMM: what ``linear`` runs where the GEMM does not quantize on chip."""
-    qw, scale = quantize_weight(w)
-    scale = prepare_weight_scale(scale)
-
-    def forward(x):
-        qx, x_scale = quantize_activation(x)
-        return gemm(qx, qw, x_scale, scale)
-
-    return forward
 
 
 def _bf16(w: torch.Tensor) -> Forward:
@@ -111,7 +98,6 @@ def layer_paths(device: torch.device) -> dict[str, Prepare]:
     paths: dict[str, Prepare] = {OURS: _ours, BF16: _bf16}
     if device.type != "cuda":
         return paths
-    paths[TWO_LAUNCHES] = _two_launches
     if _importable(_hf_kernels):
         paths["transformers FP8 (Triton)"] = _hf_forward
     if _importable(lambda: __import__("torchao.kernel.blockwise_quantization")):

@@ -1,8 +1,8 @@
 """``fp8gemm.linear``: bf16/fp16/fp32 activations in, the same dtype out, FP8 GEMM inside.
 
 ``y = x @ dequant(weight).T + bias`` with x quantized per token per 128 of K and the weight in FP8 with one
-scale per 128x128 block. A backend with a ``linear`` entry takes both steps in one call (and, where its
-GEMM quantizes A on chip, one launch); else its quantize kernel runs, then the GEMM.
+scale per 128x128 block. A backend with a ``linear`` entry takes both steps in one call from Python; else
+its quantize kernel runs, then the GEMM.
 """
 
 from __future__ import annotations

@@ -82,8 +82,8 @@ all ints, all positional.
 
 One Linear layer: ``x`` as for :data:`QuantizeFn`, quantized exactly as ``quantize`` would, then the GEMM
 with ``b``/``b_scale`` into ``out`` as for :data:`LaunchFn`; ``workspace`` holds
-``linear_workspace_bytes(m, n, k, in_kind)`` bytes. The backend decides per shape whether its GEMM
-quantizes ``x`` on chip (one launch) or its quantizer runs first; the result is the same either way.
+``linear_workspace_bytes(m, n, k, in_kind)`` bytes. The result is bit for bit that of ``quantize`` then
+``launch`` (fp8gemm/backend_module.hpp ``define_two_step_linear_entry`` builds the entry from those two).
 Guarantees as for ``launch`` and ``quantize``; asynchronous like them.
 """
 

@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 
 #include "fp8gemm/backend.hpp"
+#include "fp8gemm/linear_steps.hpp"
 
 namespace fp8gemm {
 
@@ -50,6 +51,19 @@ void define_linear_entry(pybind11::module_& m, Linear linear, WorkspaceBytes wor
       },
       "Enqueue one Linear layer (activation quantization + GEMM) on `stream` (all arguments are integers)");
   m.def("linear_workspace_bytes", workspace_bytes, "Scratch bytes linear() needs for (m, n, k, in_kind) on the current device");
+}
+
+// The Linear-layer entry of an arch whose layer is its quantize, then its launch (fp8gemm/linear_steps.hpp): one
+// call from Python, two launches. scale_ld_multiple: the leading-dimension multiple of its MN-major A scales.
+template <class Quantize, class Launch, class WorkspaceBytes>
+void define_two_step_linear_entry(pybind11::module_& m, Quantize quantize, Launch launch, WorkspaceBytes workspace_bytes,
+                                  int scale_ld_multiple) {
+  auto layout = [=](int64_t rows, int64_t n, int64_t k) {
+    return linear_workspace(rows, k, workspace_bytes(rows, n, k), scale_ld_multiple);
+  };
+  define_linear_entry(
+      m, [=](const LinearArgs& a) { linear_in_two_steps(a, layout(a.m, a.n, a.k), quantize, launch); },
+      [=](int64_t rows, int64_t n, int64_t k, int) { return layout(rows, n, k).bytes; });
 }
 
 }  // namespace fp8gemm
