@@ -51,8 +51,9 @@ def _installed(cwd: Path, env: dict) -> dict:
 
 
 def test_the_documented_pip_commands_install_the_core_and_sm120(clone):
-    require_tool("nvcc")
+    nvcc = require_tool("nvcc")  # the doc's prerequisite: nvcc on PATH (ci/setup.sh may have it from PyPI)
     repo, env = clone
+    env = {**env, "PATH": f"{Path(nvcc).parent}:{env['PATH']}"}
     commands = pip_commands()
     assert commands[0] == "pip install ./packages/fp8gemm-core" and "--no-build-isolation" in commands[2]
     for line in commands:
