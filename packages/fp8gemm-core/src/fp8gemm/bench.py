@@ -218,6 +218,27 @@ def _time_rounds(runners: dict, rows: dict, timer, rounds: int, progress) -> Non
             row["us_rounds"] = [t * 1e6 for t in seconds]
 
 
+def host_seconds_per_call(call, device: torch.device, calls: int, collect: bool, warmup: int = 100) -> float:
+    """Wall seconds per call of ``calls`` back-to-back calls, the GPU drained before and after; with ``collect``
+    false, garbage collection is off in the loop (as ``timeit`` times)."""
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize(device)
+    gc.collect()
+    enabled = gc.isenabled()
+    if not collect:
+        gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize(device)
+        return (time.perf_counter() - start) / calls
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def host_overhead(device: torch.device, backend: str | None, calls: int = 3000, repeats: int = 7) -> dict:
     """Wall time of one ``fp8gemm.gemm`` call from Python on a tiny shape, minus the GPU's time for it.
 
@@ -239,29 +260,11 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000, 
     def call():
         return gemm(a, b, a_scale, b_scale, out=out, backend=backend)
 
-    def wall_per_call(collect: bool) -> float:
-        for _ in range(100):
-            call()
-        torch.cuda.synchronize(device)
-        gc.collect()
-        enabled = gc.isenabled()
-        if not collect:
-            gc.disable()
-        try:
-            start = time.perf_counter()
-            for _ in range(calls):
-                call()
-            torch.cuda.synchronize(device)
-            return (time.perf_counter() - start) / calls
-        finally:
-            if enabled:
-                gc.enable()
-
     kernel = time_gpu(call)
     walls, walls_gc = [], []
     for _ in range(repeats):
-        walls.append(wall_per_call(collect=False))
-        walls_gc.append(wall_per_call(collect=True))
+        walls.append(host_seconds_per_call(call, device, calls, collect=False))
+        walls_gc.append(host_seconds_per_call(call, device, calls, collect=True))
     wall, wall_gc = statistics.median(walls), statistics.median(walls_gc)
 
     def overhead_us(wall_per_call_s: float) -> float:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
-from .bench import environment, geomean
+from .bench import environment, geomean, host_seconds_per_call
 from .conformance import relative_error
 from .layer_peers import BF16, GEMM_ALONE, OURS, gemm_alone, layer_paths
 from .linear import linear
@@ -95,16 +94,8 @@ def eager_wall(device, m: int = 1, n: int = 256, k: int = 512, calls: int = 2000
     funcs = {"linear": lambda: linear(x, qw, w_scale), "gemm": lambda: gemm(qx, qw, x_scale, w_scale)}
     result = {}
     for name, fn in funcs.items():
-        walls = []
-        for _ in range(repeats):
-            fn()
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-            walls.append((time.perf_counter() - t0) / calls * 1e6)
-        result[name] = statistics.median(walls)
+        walls = [host_seconds_per_call(fn, device, calls, collect=True, warmup=1) for _ in range(repeats)]
+        result[name] = statistics.median(walls) * 1e6
     return {"shape": [m, n, k], "us_per_call": result}
 
 

@@ -79,20 +79,11 @@ def _launch_linear(found, x2d, weight, weight_scale, out_dtype, pow2: bool, dev:
     None for a weight or scale the general path must check."""
     backend, _, _, read_b_scale_ld = found
     m, k = x2d.shape
+    weight_lds = ops._fast_weight(read_b_scale_ld, weight, weight_scale, k, dev)
+    if weight_lds is None:
+        return None
+    ldb, b_scale_ld = weight_lds
     n = weight.shape[0]
-    ldb, b1 = weight.stride()
-    if n & 15 or b1 != 1 or ldb < k or ldb & 15 or weight.data_ptr() & 15 or ops._device_index(weight) != dev:
-        return None
-    kb, nb = k >> 7, (n + 127) >> 7
-    if (
-        type(weight_scale) is not torch.Tensor
-        or weight_scale.dtype is not torch.float32
-        or weight_scale.shape != (nb, kb)
-    ):
-        return None
-    b_scale_ld = read_b_scale_ld(weight_scale.stride(), nb, kb)
-    if b_scale_ld is None or weight_scale.data_ptr() & 15 or ops._device_index(weight_scale) != dev:
-        return None
     in_kind = _IN_KINDS[x2d.dtype]
     out = torch.empty((m, n), dtype=out_dtype, device=x2d.device)
     ws_bytes = backend.linear_workspace_bytes(m, n, k, in_kind)

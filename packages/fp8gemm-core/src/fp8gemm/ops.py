@@ -56,9 +56,29 @@ def _fast_backend(device_index: int, requested: str | None):
     return _fast_backends[key]
 
 
+def _fast_weight(read_b_scale_ld, b, b_scale, k: int, dev: int):
+    """``(ldb, b_scale_ld)`` where the kernel reads the weight ``b`` [N, K] (a 2-D tensor in the backend's FP8
+    dtype: the caller checked) and its scale as they are on device ``dev``, else None."""
+    if type(b_scale) is not torch.Tensor or b_scale.dtype is not torch.float32:
+        return None
+    n, b_k = b.shape
+    kb, nb = k >> 7, (n + 127) >> 7
+    if b_k != k or not n or n & 15 or b_scale.shape != (nb, kb):
+        return None
+    ldb, b1 = b.stride()
+    if b1 != 1 or ldb < k or ldb & 15:
+        return None
+    b_scale_ld = read_b_scale_ld(b_scale.stride(), nb, kb)
+    if b_scale_ld is None or _device_index(b) != dev or _device_index(b_scale) != dev:
+        return None
+    if (b.data_ptr() | b_scale.data_ptr()) & 15:
+        return None
+    return ldb, b_scale_ld
+
+
 def _try_fast(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa: C901 - one flat check list
     tensor = torch.Tensor
-    if type(a) is not tensor or type(b) is not tensor or type(a_scale) is not tensor or type(b_scale) is not tensor:
+    if type(a) is not tensor or type(b) is not tensor or type(a_scale) is not tensor:
         return None
     dev = _device_index(a)
     if dev < 0:
@@ -68,25 +88,21 @@ def _try_fast(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa: C9
         return None
     backend, fp8, read_a_scale_ld, read_b_scale_ld = found
     f32 = torch.float32
-    if a.dtype is not fp8 or b.dtype is not fp8 or a_scale.dtype is not f32 or b_scale.dtype is not f32:
+    if a.dtype is not fp8 or b.dtype is not fp8 or a_scale.dtype is not f32 or len(a.shape) != 2 or len(b.shape) != 2:
         return None
-    a_shape, b_shape = a.shape, b.shape
-    if len(a_shape) != 2 or len(b_shape) != 2:
+    m, k = a.shape
+    if not m or not k or k & 127 or a_scale.shape != (m, k >> 7):
         return None
-    m, k = a_shape
-    n = b_shape[0]
-    if b_shape[1] != k or not m or not k or not n or k & 127 or n & 15:
+    weight = _fast_weight(read_b_scale_ld, b, b_scale, k, dev)
+    if weight is None:
         return None
-    kb, nb = k >> 7, (n + 127) >> 7
-    if a_scale.shape != (m, kb) or b_scale.shape != (nb, kb):
-        return None
+    ldb, b_scale_ld = weight
+    n = b.shape[0]
     lda, a1 = a.stride()
-    ldb, b1 = b.stride()
-    if a1 != 1 or b1 != 1 or lda < k or ldb < k or lda & 15 or ldb & 15:
+    if a1 != 1 or lda < k or lda & 15:
         return None
-    a_scale_ld = read_a_scale_ld(a_scale.stride(), m, kb)
-    b_scale_ld = read_b_scale_ld(b_scale.stride(), nb, kb)
-    if a_scale_ld is None or b_scale_ld is None:
+    a_scale_ld = read_a_scale_ld(a_scale.stride(), m, k >> 7)
+    if a_scale_ld is None:
         return None
     if out is None:
         if out_dtype is not None and out_dtype is not torch.bfloat16 and out_dtype is not f32:
@@ -102,10 +118,10 @@ def _try_fast(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa: C9
         ldo, o1 = out.stride()
         if o1 != 1 or ldo < n or (ldo << (2 if o_dtype is f32 else 1)) & 15 or out.data_ptr() & 15:
             return None
-    if _device_index(b) != dev or _device_index(a_scale) != dev or _device_index(b_scale) != dev:
+    if _device_index(a_scale) != dev:
         return None
     ptrs = (a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr())
-    if (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15 or _current_device() != dev:
+    if (ptrs[0] | ptrs[2]) & 15 or _current_device() != dev:
         return None
     if out is None:  # only now: a call that falls back must not allocate twice
         out = torch.empty((m, n), dtype=out_dtype or torch.bfloat16, device=a.device)
