@@ -165,3 +165,53 @@ def test_bench_rejects_an_unknown_gpu_state():
         bench.run([(16, 256, 512)], torch.device("cpu"), gpu_state="hot")
     with pytest.raises(ValueError, match="got 'warm'"):
         bench.time_gpu(lambda: None, "warm")
+
+
+def _fake_layer_bench(monkeypatch, device_name="GPU A"):
+    """layer_bench.run with its GPU parts replaced: rows carry made-up times, the rest is the real bookkeeping."""
+    from fp8gemm import layer_bench
+    from fp8gemm.layer_peers import BF16, GEMM_ALONE, OURS
+
+    timed = []
+
+    def time_shape(m, n, k, paths, device):
+        timed.append((m, n, k))
+        return {"m": m, "n": n, "k": k, "us": {BF16: 2.0 * m, OURS: 1.0 * m, GEMM_ALONE: 0.8 * m}, "errors": {}}
+
+    env = {"host": "h", "device": device_name, "driver": "1", "torch": "t", "fp8gemm": "v", "backend_build": {}}
+    monkeypatch.setattr(layer_bench, "layer_paths", lambda device: {BF16: None, OURS: None})
+    monkeypatch.setattr(layer_bench, "time_shape", time_shape)
+    monkeypatch.setattr(layer_bench, "environment", lambda device, backend: dict(env))
+    monkeypatch.setattr(layer_bench, "_peer_versions", lambda: {})
+    monkeypatch.setattr(layer_bench, "eager_wall", lambda device: {"us_per_call": {"linear": 1.0, "gemm": 1.0}})
+    monkeypatch.setattr(layer_bench, "quantize_bandwidth", lambda device, shapes: [])
+    return layer_bench, timed
+
+
+def test_a_layer_run_cut_short_resumes_where_it_stopped(monkeypatch):
+    layer_bench, timed = _fake_layer_bench(monkeypatch)
+    shapes = [(1, 256, 512), (16, 256, 512), (512, 256, 512)]
+    saved = []
+
+    def checkpoint(report):  # the process is killed after its second shape
+        saved.append(json.loads(json.dumps(report)))
+        if len(report["rows"]) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        layer_bench.run("cpu", shapes, progress=lambda text: None, checkpoint=checkpoint)
+    partial = saved[-1]
+    assert partial["partial"] and [(r["m"], r["n"], r["k"]) for r in partial["rows"]] == shapes[:2]
+    timed.clear()
+    report = layer_bench.run("cpu", shapes[::-1], progress=lambda text: None, earlier=partial)
+    assert timed == [shapes[2]] and "partial" not in report and report["environment"]["processes"] == 2
+    assert [(r["m"], r["n"], r["k"]) for r in report["rows"]] == shapes[::-1]
+    assert report["summary"]["fp8gemm.linear"]["geomean_vs_bf16"] == pytest.approx(2.0)
+    assert report["summary"]["layer_over_gemm_alone_m_le_128_max"] == pytest.approx(1.25)
+
+
+def test_resuming_on_another_gpu_is_refused(monkeypatch):
+    layer_bench, _ = _fake_layer_bench(monkeypatch, device_name="GPU B")
+    earlier = {"environment": {"host": "h", "device": "GPU A", "driver": "1", "torch": "t"}, "rows": []}
+    with pytest.raises(ValueError, match="device is 'GPU A'.*start a new report"):
+        layer_bench.run("cpu", [(1, 256, 512)], progress=lambda text: None, earlier=earlier)

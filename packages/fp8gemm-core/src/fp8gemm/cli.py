@@ -158,7 +158,19 @@ def _write_outputs(args, report: dict, save_json, plot) -> int:
 
 def _bench_layer(args, device: torch.device) -> int:
     shapes = args.shapes or None
-    report = layer_bench.run(device, shapes, progress=lambda text: console.print(text, highlight=False))
+    earlier = None
+    if args.resume:
+        if not args.json or not Path(args.json).exists():
+            raise SystemExit("--resume needs --json naming the earlier run's report")
+        earlier = json.loads(Path(args.json).read_text())
+    checkpoint = (lambda r: _save_atomically(r, Path(args.json))) if args.json else None
+    report = layer_bench.run(
+        device,
+        shapes,
+        progress=lambda text: console.print(text, highlight=False),
+        earlier=earlier,
+        checkpoint=checkpoint,
+    )
     table = Table(title="Linear layer, weights from HBM: speed vs bf16 F.linear (geomean, slowest shape)")
     for col in ("path", "geomean", "slowest"):
         table.add_column(col)
@@ -168,7 +180,14 @@ def _bench_layer(args, device: torch.device) -> int:
     console.print(table)
     eager = report["eager"]["us_per_call"]
     console.print(f"eager wall time per call: linear {eager['linear']:.1f} us, gemm {eager['gemm']:.1f} us")
-    return _write_outputs(args, report, lambda r, path: path.write_text(json.dumps(r, indent=1)), layer_bench.plot)
+    return _write_outputs(args, report, _save_atomically, layer_bench.plot)
+
+
+def _save_atomically(report: dict, path: Path) -> None:
+    """A run killed while writing leaves the previous file whole."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(report, indent=1) + "\n")
+    part.replace(path)
 
 
 def _bench_without_gpu(args, device: torch.device) -> int:
@@ -303,6 +322,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
         "--layer",
         action="store_true",
         help="time the Linear layer (bf16 in and out: ours, bf16 F.linear and the peers' layer paths) in CUDA graphs",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --layer: keep the shapes already in --json (written after every shape) and time the rest",
     )
 
 

@@ -141,21 +141,48 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def run(device, shapes=None, progress=print) -> dict:
+def run(device, shapes=None, progress=print, earlier: dict | None = None, checkpoint=None) -> dict:
+    """Time ``shapes`` (default: every LAYER_M x LAYER_NK), then the eager and quantization-bandwidth parts.
+
+    ``earlier``: a partial report of a run cut short on the same GPU; its rows are kept and their shapes skipped.
+    ``checkpoint(report)`` is called with the partial report after every shape.
+    """
     paths = layer_paths(device)
     shapes = shapes or [(m, n, k) for n, k in LAYER_NK for m in LAYER_M]
-    rows = []
-    for m, n, k in shapes:
-        rows.append(time_shape(m, n, k, paths, device))
-        progress(_row_text(rows[-1]))
-    report = {"environment": environment(device, None), "paths": list(paths) + [GEMM_ALONE], "rows": rows}
+    report = {"environment": environment(device, None), "paths": list(paths) + [GEMM_ALONE], "partial": True}
     report["environment"]["method"] = "CUDA graph over weight copies >= 2x L2; median of replays"
     report["environment"]["peers"] = _peer_versions()
+    rows = _earlier_rows(earlier, report["environment"], shapes)
+    report["environment"]["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
+    report["rows"] = rows
+    for m, n, k in shapes:
+        if any((r["m"], r["n"], r["k"]) == (m, n, k) for r in rows):
+            continue
+        rows.append(time_shape(m, n, k, paths, device))
+        progress(_row_text(rows[-1]))
+        if checkpoint:
+            checkpoint(report)
+    rows.sort(key=lambda r: shapes.index((r["m"], r["n"], r["k"])))
     report["summary"] = summarize(rows)
     report["eager"] = eager_wall(device)
     big = sorted({(m, k) for m, _, k in shapes if m >= 512})
     report["quantize_bandwidth"] = quantize_bandwidth(device, big)
+    del report["partial"]
     return report
+
+
+def _earlier_rows(earlier: dict | None, env: dict, shapes) -> list[dict]:
+    """The rows of ``earlier`` for ``shapes``, after checking it was timed on the same GPU with the same software."""
+    if not earlier:
+        return []
+    before = earlier.get("environment", {})
+    for key in ("host", "device", "driver", "torch", "fp8gemm", "backend_build", "peers"):
+        if before.get(key) != env.get(key):
+            raise ValueError(
+                f"--resume: the earlier report's {key} is {before.get(key)!r}, this run's is {env.get(key)!r}; "
+                "resume only on the same GPU and software, or start a new report"
+            )
+    return [r for r in earlier.get("rows", []) if (r["m"], r["n"], r["k"]) in shapes]
 
 
 def _peer_versions() -> dict[str, str]:
