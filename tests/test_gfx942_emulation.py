@@ -71,6 +71,7 @@ def mi300x(emulator, monkeypatch):
     monkeypatch.setattr(ops, "_device_index", lambda t: 0 if t.device.type == "cpu" else -1)
     monkeypatch.setattr(ops, "_current_device", lambda: 0)
     monkeypatch.setattr(ops, "_raw_stream", lambda index: 0)
+    monkeypatch.setattr(ops, "_capturing", lambda: False)
     monkeypatch.setattr(ops, "torch", StreamOrderedTorch())
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)  # the quantizer's
     registry.clear_caches()

@@ -68,6 +68,51 @@ def test_torch_compile_on_gpu(backend):
     assert torch.equal(compiled(a, sa), layer(a, sa))
 
 
+def test_kept_scratch_is_one_buffer_per_stream_and_none_under_capture():
+    from fp8gemm import ops
+
+    here, side = torch.cuda.current_stream(), torch.cuda.Stream()
+    first = ops._scratch(4096, here.cuda_stream, torch.device("cuda"))
+    assert ops._scratch(ops.SCRATCH_KEPT_BYTES, here.cuda_stream, torch.device("cuda")) == first
+    assert ops._scratch(4096, side.cuda_stream, torch.device("cuda")) != first
+    graph, kept = torch.cuda.CUDAGraph(), {ptr for _, ptr in ops._kept_scratch.values()}
+    with torch.cuda.graph(graph):  # a graph must own its scratch: kept buffers outlive no graph
+        captured = ops._scratch(4096, torch.cuda.current_stream().cuda_stream, torch.device("cuda"))
+    assert captured not in kept
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_linear_and_gemm_on_several_streams_and_in_a_graph_between_eager_calls(backend):
+    """Kept scratch and fresh scratch together: eager calls on two streams and graph replays, each checked
+    bitwise against the fully checked path (quantize_activation, then gemm through the dispatcher)."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    fp8 = fp8gemm.preferred_fp8_dtype("cuda", backend)
+    w, w_scale = fp8gemm.quantize_weight(torch.randn(2112, 1024, device="cuda", generator=gen), fp8_dtype=fp8)
+
+    def expected(x):
+        q, s = fp8gemm.quantize_activation(x, fp8_dtype=fp8, backend=backend)
+        return torch.ops.fp8gemm.gemm(q, w, s, w_scale, torch.bfloat16, backend)
+
+    xs = [torch.randn(m, 1024, device="cuda", generator=gen).bfloat16() for m in (1, 3, 64, 1, 3, 64)]
+    static_x = xs[0].clone()
+    fp8gemm.linear(static_x, w, w_scale, backend=backend)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = fp8gemm.linear(static_x, w, w_scale, backend=backend)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    for i, x in enumerate(xs):
+        with torch.cuda.stream(streams[i % 2]):
+            eager = fp8gemm.linear(x, w, w_scale, backend=backend)
+            q, s = fp8gemm.quantize_activation(x, fp8_dtype=fp8, backend=backend)
+            eager_gemm = fp8gemm.gemm(q, w, s, w_scale, backend=backend)
+        static_x.copy_(xs[3]), graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(eager, expected(x)) and torch.equal(eager_gemm, expected(x)), i
+        assert torch.equal(static_y, expected(xs[3])), i
+
+
 def test_auto_selection_on_this_gpu():
     chosen = fp8gemm.select("cuda").backend.name
     installed = {ib.name for ib in fp8gemm.installed_backends() if ib.backend}

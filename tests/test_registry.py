@@ -121,6 +121,7 @@ def fake_gpu(monkeypatch):
         monkeypatch.setattr(ops, "_device_index", lambda t: 0 if t.device.type == "cpu" else -1)
         monkeypatch.setattr(ops, "_current_device", lambda: 0)
         monkeypatch.setattr(ops, "_raw_stream", lambda index: 1234)
+        monkeypatch.setattr(ops, "_capturing", lambda: False)
         registry.clear_caches()
 
     yield use

@@ -12,12 +12,8 @@ import os
 import torch
 
 from . import ops, registry
-from .protocol import OUT_BF16, OUT_FP32
+from .protocol import IN_BF16, OUT_BF16, OUT_FP32
 from .quantize import _IN_KINDS, _kernel_input, _quantize_activation, kernel_quantize
-
-# Scratch up to this size (the FP8 copy of x and its scales) lives in the rows after the output's, held as long
-# as the output is: 1 MiB covers M <= 128 at K = 7168.
-_SHARED_SCRATCH_BYTES = 1 << 20
 
 
 def _check_linear(x, weight, bias) -> None:
@@ -45,30 +41,36 @@ def _finish(y: torch.Tensor, x: torch.Tensor, bias) -> torch.Tensor:
         y.add_(bias)
     if y.dtype is not x.dtype:
         y = y.to(x.dtype)
-    return y.view(*x.shape[:-1], y.shape[1])
+    return y if len(x.shape) == 2 else y.view(*x.shape[:-1], y.shape[1])
 
 
 def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
     """The steady-state eager call (CUDA input on the current device, a backend with a quantize kernel,
     plain tensors), with the fewest checks; None sends anything else to the fully checked path."""
     tensor = torch.Tensor
-    if type(x) is not tensor or type(weight) is not tensor or x.dtype not in _IN_KINDS or weight.dim() != 2:
+    if type(x) is not tensor or type(weight) is not tensor or len(weight.shape) != 2:
         return None
-    dev = x.get_device()
-    if dev < 0 or dev != ops._current_device():
+    in_kind, dev = _IN_KINDS.get(x.dtype), ops._device_index(x)
+    if in_kind is None or dev < 0 or dev != ops._current_device():
         return None
     found = ops._fast_backend(dev, backend_name or os.environ.get(registry.ENV_VAR) or None)
-    if found is None or found[0].quantize is None or weight.dtype is not found[1]:
+    if found is None or weight.dtype is not found[1] or found[0].quantize is None:
         return None
     n, k = weight.shape
-    if not k or k & 127 or x.shape[-1] != k or not x.numel():
+    shape = x.shape
+    if not shape or shape[-1] != k or not k or k & 127:
         return None
     if bias is not None and (type(bias) is not tensor or bias.shape != (n,)):
         return None
-    x2d = _kernel_input(x.reshape(-1, k))
-    out_dtype = _gemm_dtype(x.dtype)
+    x2d = x if len(shape) == 2 else x.reshape(-1, k)
+    if not x2d.shape[0]:
+        return None
+    ldx, x1 = x2d.stride()
+    if x1 != 1 or (ldx * x2d.element_size()) & 15 or x2d.data_ptr() & 15:
+        x2d = _kernel_input(x2d)
+    out_dtype = torch.bfloat16 if in_kind == IN_BF16 else torch.float32  # fp16 goes through fp32
     if found[0].linear is not None:
-        y = _launch_linear(found, x2d, weight, weight_scale, out_dtype, pow2, dev)
+        y = _launch_linear(found, x2d, in_kind, weight, weight_scale, out_dtype, pow2, dev)
         if y is not None:
             return _finish(y, x, bias)
     q, scale = kernel_quantize(found[0], x2d, pow2)
@@ -78,7 +80,7 @@ def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
     return _finish(y, x, bias)
 
 
-def _launch_linear(found, x2d, weight, weight_scale, out_dtype, pow2: bool, dev: int):
+def _launch_linear(found, x2d, in_kind: int, weight, weight_scale, out_dtype, pow2: bool, dev: int):
     """One call of the backend's linear entry (quantization and GEMM, fused where the backend fuses them), or
     None for a weight or scale the general path must check."""
     backend, _, _, read_b_scale_ld = found
@@ -88,19 +90,12 @@ def _launch_linear(found, x2d, weight, weight_scale, out_dtype, pow2: bool, dev:
         return None
     ldb, b_scale_ld = weight_lds
     n = weight.shape[0]
-    in_kind = _IN_KINDS[x2d.dtype]
-    ws_bytes = backend.linear_workspace_bytes(m, n, k, in_kind)
-    if ws_bytes <= _SHARED_SCRATCH_BYTES:  # one allocation, not two: ~3 us of host time off a decode step
-        row_bytes = n * (4 if out_dtype is torch.float32 else 2)  # a multiple of 32: n % 16 == 0
-        out = torch.empty((m + -(-ws_bytes // row_bytes), n), dtype=out_dtype, device=x2d.device)
-        workspace = out.data_ptr() + m * row_bytes
-        out = out[:m]
-    else:
-        out = torch.empty((m, n), dtype=out_dtype, device=x2d.device)
-        workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=x2d.device).data_ptr()
+    out = torch.empty((m, n), dtype=out_dtype, device=x2d.device)
+    stream = ops._raw_stream(dev)
+    workspace = ops._scratch(backend.linear_workspace_bytes(m, n, k, in_kind), stream, x2d.device)
     backend.linear(x2d.data_ptr(), weight.data_ptr(), weight_scale.data_ptr(), out.data_ptr(), workspace, m, n, k,
                    x2d.stride(0), ldb, n, b_scale_ld, OUT_FP32 if out_dtype is torch.float32 else OUT_BF16, in_kind,
-                   int(pow2), ops._raw_stream(dev))  # fmt: skip
+                   int(pow2), stream)  # fmt: skip
     return out
 
 
