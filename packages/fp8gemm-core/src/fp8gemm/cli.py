@@ -179,7 +179,7 @@ def _bench_layer(args, device: torch.device) -> int:
             table.add_row(name, f"{row['geomean_vs_bf16']:.2f}x", f"{row['slowest_vs_bf16']:.2f}x")
     console.print(table)
     eager = report["eager"]["us_per_call"]
-    console.print(f"eager wall time per call: linear {eager['linear']:.1f} us, gemm {eager['gemm']:.1f} us")
+    console.print("eager wall time per call: " + ", ".join(f"{name} {us:.1f} us" for name, us in eager.items()))
     return _write_outputs(args, report, _save_atomically, layer_bench.plot)
 
 

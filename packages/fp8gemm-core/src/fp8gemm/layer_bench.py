@@ -14,16 +14,20 @@ from pathlib import Path
 
 import torch
 
+from . import ops
 from .bench import environment, geomean, host_seconds_per_call
 from .conformance import relative_error
 from .layer_peers import BF16, GEMM_ALONE, OURS, gemm_alone, layer_paths
 from .linear import linear
-from .ops import gemm
+from .ops import gemm, prepare_weight_scale
+from .protocol import IN_BF16, OUT_BF16
 from .quantize import quantize_activation, quantize_weight
 
 LAYER_NK = [(2112, 7168), (7168, 2048), (4096, 7168), (24576, 1536)]
 LAYER_M = [1, 16, 64, 128, 512, 4096]
 READ_X = "one read of x (the quantizer's floor)"
+RAW_LINEAR = "backend linear entry, arguments ready"
+RAW_LAUNCH = "backend launch entry, arguments ready"
 REPLAYS = 15
 
 
@@ -87,16 +91,40 @@ def time_shape(m: int, n: int, k: int, paths: dict, device) -> dict:
 
 
 def eager_wall(device, m: int = 1, n: int = 256, k: int = 512, calls: int = 2000, repeats: int = 7) -> dict:
-    """Host wall time per call of ``linear`` and of ``gemm`` on pre-quantized input, same process."""
+    """Host wall time per call of ``linear`` and of ``gemm`` on pre-quantized input, same process; beside them,
+    the backend's own entries called with every argument ready (the launches' cost without Python)."""
     x = torch.randn(m, k, device=device).bfloat16()
     qw, w_scale = quantize_weight(torch.randn(n, k, device=device))
+    w_scale = prepare_weight_scale(w_scale)
     qx, x_scale = quantize_activation(x)
     funcs = {"linear": lambda: linear(x, qw, w_scale), "gemm": lambda: gemm(qx, qw, x_scale, w_scale)}
+    funcs.update(_raw_entries(x, qw, w_scale, qx, x_scale))
     result = {}
     for name, fn in funcs.items():
         walls = [host_seconds_per_call(fn, device, calls, collect=True, warmup=1) for _ in range(repeats)]
         result[name] = statistics.median(walls) * 1e6
     return {"shape": [m, n, k], "us_per_call": result}
+
+
+def _raw_entries(x, qw, w_scale, qx, x_scale) -> dict:
+    """The backend's ``linear`` and ``launch`` entries on buffers allocated once, where it has both."""
+    dev = x.get_device()
+    backend, _, read_a_ld, read_b_ld = ops._fast_backend(dev, None) or (None,) * 4
+    if backend is None or backend.linear is None:
+        return {}
+    (m, k), n = x.shape, qw.shape[0]
+    out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
+    ws_bytes = max(backend.linear_workspace_bytes(m, n, k, IN_BF16), backend.workspace_bytes(m, n, k))
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device=x.device)
+    stream, b_ld = ops._raw_stream(dev), read_b_ld(w_scale.stride(), w_scale.shape[0], w_scale.shape[1])
+    a_ld = read_a_ld(x_scale.stride(), m, k // 128)
+    ptrs = (qw.data_ptr(), w_scale.data_ptr(), out.data_ptr(), ws.data_ptr())
+    return {
+        RAW_LINEAR: lambda: backend.linear(x.data_ptr(), *ptrs, m, n, k, k, k, n, b_ld, OUT_BF16, IN_BF16, 0, stream),
+        RAW_LAUNCH: lambda: backend.launch(
+            qx.data_ptr(), qw.data_ptr(), x_scale.data_ptr(), *ptrs[1:], m, n, k, k, k, n, a_ld, b_ld, OUT_BF16, stream
+        ),  # fmt: skip
+    }
 
 
 def quantize_bandwidth(device, shapes) -> list[dict]:

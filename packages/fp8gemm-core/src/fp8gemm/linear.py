@@ -56,8 +56,7 @@ def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
     found = ops._fast_backend(dev, backend_name or os.environ.get(registry.ENV_VAR) or None)
     if found is None or weight.dtype is not found[1] or found[0].quantize is None:
         return None
-    n, k = weight.shape
-    shape = x.shape
+    shape, (n, k) = x.shape, weight.shape
     if not shape or shape[-1] != k or not k or k & 127:
         return None
     if bias is not None and (type(bias) is not tensor or bias.shape != (n,)):
@@ -101,8 +100,10 @@ def _launch_linear(found, x2d, in_kind: int, weight, weight_scale, out_dtype, po
 
 def _linear(x, weight, weight_scale, bias, pow2: bool, backend_name):
     y = _try_fast(x, weight, weight_scale, bias, pow2, backend_name)
-    if y is not None:
-        return y
+    return y if y is not None else _checked_linear(x, weight, weight_scale, bias, pow2, backend_name)
+
+
+def _checked_linear(x, weight, weight_scale, bias, pow2: bool, backend_name):
     _check_linear(x, weight, bias)
     q, scale = _quantize_activation(x, weight.dtype, pow2, backend_name)
     y = ops.gemm(q, weight, scale, weight_scale, out_dtype=_gemm_dtype(x.dtype), backend=backend_name)
@@ -140,4 +141,5 @@ def linear(
     """
     if torch.compiler.is_compiling():
         return torch.ops.fp8gemm.linear(x, weight, weight_scale, bias, pow2_scales, backend or "")
-    return _linear(x, weight, weight_scale, bias, pow2_scales, backend)
+    y = _try_fast(x, weight, weight_scale, bias, pow2_scales, backend)  # as _linear does, one frame less
+    return y if y is not None else _checked_linear(x, weight, weight_scale, bias, pow2_scales, backend)
