@@ -128,23 +128,29 @@ def _raw_entries(x, qw, w_scale, qx, x_scale) -> dict:
 
 
 def quantize_bandwidth(device, shapes) -> list[dict]:
-    """The quantization kernel alone (inputs cycled past the L2), as a fraction of a device copy's bandwidth."""
+    """The quantization kernel alone (inputs cycled past the L2), as a fraction of a large device copy's bandwidth
+    and of a copy of x (the same inputs, bf16 out) in the same harness: below a few MB launch and drain dominate."""
     copy_gbs = _copy_bandwidth(device)
     rows = []
     for m, k in shapes:
         nbytes = m * k * 2 + m * k + m * (k // 128) * 4
         xs = [torch.randn(m, k, device=device).bfloat16() for _ in range(_copies(m * k * 2, device))]
         seconds = time_graph([lambda x=x: quantize_activation(x) for x in xs])
+        dst = torch.empty_like(xs[0])
+        copy_seconds = time_graph([lambda x=x, dst=dst: dst.copy_(x) for x in xs])
+        gbs = nbytes / seconds * 1e-9
         rows.append(
             {
                 "m": m,
                 "k": k,
                 "us": seconds * 1e6,
-                "gbs": nbytes / seconds * 1e-9,
-                "of_copy": nbytes / seconds * 1e-9 / copy_gbs,
+                "gbs": gbs,
+                "of_copy": gbs / copy_gbs,
+                "copy_of_x_us": copy_seconds * 1e6,
+                "of_copy_of_x": gbs / (m * k * 4 / copy_seconds * 1e-9),
             }
         )
-        del xs
+        del xs, dst
     return [{"copy_gbs": copy_gbs}, *rows]
 
 
