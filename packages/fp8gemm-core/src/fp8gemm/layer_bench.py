@@ -99,11 +99,15 @@ def eager_wall(device, m: int = 1, n: int = 256, k: int = 512, calls: int = 2000
     qx, x_scale = quantize_activation(x)
     funcs = {"linear": lambda: linear(x, qw, w_scale), "gemm": lambda: gemm(qx, qw, x_scale, w_scale)}
     funcs.update(_raw_entries(x, qw, w_scale, qx, x_scale))
-    result = {}
-    for name, fn in funcs.items():
-        walls = [host_seconds_per_call(fn, device, calls, collect=True, warmup=1) for _ in range(repeats)]
-        result[name] = statistics.median(walls) * 1e6
-    return {"shape": [m, n, k], "us_per_call": result}
+    walls = {name: [] for name in funcs}
+    for _ in range(repeats):  # interleaved, and without garbage collection in the loop, as timeit times
+        for name, fn in funcs.items():
+            walls[name].append(host_seconds_per_call(fn, device, calls, collect=False, warmup=1) * 1e6)
+    return {
+        "shape": [m, n, k],
+        "us_per_call": {name: statistics.median(w) for name, w in walls.items()},
+        "loops": walls,
+    }
 
 
 def _raw_entries(x, qw, w_scale, qx, x_scale) -> dict:
