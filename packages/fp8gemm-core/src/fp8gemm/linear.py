@@ -12,7 +12,7 @@ import os
 import torch
 
 from . import ops, registry
-from .protocol import IN_BF16, OUT_BF16, OUT_FP32
+from .protocol import OUT_BF16, OUT_FP32
 from .quantize import _IN_KINDS, _kernel_input, _quantize_activation, kernel_quantize
 
 
@@ -64,10 +64,8 @@ def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
     x2d = x if len(shape) == 2 else x.reshape(-1, k)
     if not x2d.shape[0]:
         return None
-    ldx, x1 = x2d.stride()
-    if x1 != 1 or (ldx * x2d.element_size()) & 15 or x2d.data_ptr() & 15:
-        x2d = _kernel_input(x2d)
-    out_dtype = torch.bfloat16 if in_kind == IN_BF16 else torch.float32  # fp16 goes through fp32
+    x2d = _kernel_input(x2d)
+    out_dtype = _gemm_dtype(x.dtype)
     if found[0].linear is not None:
         y = _launch_linear(found, x2d, in_kind, weight, weight_scale, out_dtype, pow2, dev)
         if y is not None:
@@ -141,5 +139,4 @@ def linear(
     """
     if torch.compiler.is_compiling():
         return torch.ops.fp8gemm.linear(x, weight, weight_scale, bias, pow2_scales, backend or "")
-    y = _try_fast(x, weight, weight_scale, bias, pow2_scales, backend)  # as _linear does, one frame less
-    return y if y is not None else _checked_linear(x, weight, weight_scale, bias, pow2_scales, backend)
+    return _linear(x, weight, weight_scale, bias, pow2_scales, backend)
