@@ -176,7 +176,8 @@ def _fake_layer_bench(monkeypatch, device_name="GPU A"):
 
     def time_shape(m, n, k, paths, device):
         timed.append((m, n, k))
-        return {"m": m, "n": n, "k": k, "us": {BF16: 2.0 * m, OURS: 1.0 * m, GEMM_ALONE: 0.8 * m}, "errors": {}}
+        us = {BF16: 2.0 * m, OURS: 1.0 * m, GEMM_ALONE: 0.8 * m, layer_bench.FLOOR_X: 0.4 * m}
+        return {"m": m, "n": n, "k": k, "us": us, "errors": {}}
 
     env = {"host": "h", "device": device_name, "driver": "1", "torch": "t", "fp8gemm": "v", "backend_build": {}}
     monkeypatch.setattr(layer_bench, "layer_paths", lambda device: {BF16: None, OURS: None})
@@ -208,6 +209,7 @@ def test_a_layer_run_cut_short_resumes_where_it_stopped(monkeypatch):
     assert [(r["m"], r["n"], r["k"]) for r in report["rows"]] == shapes[::-1]
     assert report["summary"]["fp8gemm.linear"]["geomean_vs_bf16"] == pytest.approx(2.0)
     assert report["summary"]["layer_over_gemm_alone_m_le_128_max"] == pytest.approx(1.25)
+    assert report["summary"][layer_bench.TWO_LAUNCH_BOUND]["geomean_vs_bf16"] == pytest.approx(2.0 / 1.2)
 
 
 def test_resuming_on_another_gpu_is_refused(monkeypatch):

@@ -4,7 +4,8 @@
 # against the peers that travel as wheels (.whl/) and DeepGEMM (third_party/dg.tar.xz).
 # Usage (GPU machine, repo root): bash ci/gpu/layer.sh [peers] [tests] [sanitize] [bench]
 # (peers alone: install the peers only; SKIP_BUILD=1: the packages are installed already; a layer run longer
-# than one command: bring its $OUT/layer.json back into the tree and pass it as LAYER_JSON to finish it)
+# than one command: bring its $OUT/layer.json back into the tree and pass it as LAYER_JSON to finish it;
+# LAYER_TIMEOUT: seconds for the bench, default 540)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export CXX=/usr/bin/g++-13 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1 FP8GEMM_TEST_DEVICE=cuda
@@ -35,6 +36,6 @@ for arg in "$@"; do
     bench)  # the report is rewritten after every shape; LAYER_JSON=<an earlier partial report> resumes it
       [ -n "${LAYER_JSON:-}" ] && cp "$LAYER_JSON" "$OUT/layer.json"
       resume=$([ -f "$OUT/layer.json" ] && echo --resume)
-      timeout 540 fp8gemm bench --layer $resume --json "$OUT/layer.json" --plot "$OUT/layer.png" 2>&1 | tee "$OUT/layer.txt" | tail -40 ;;
+      timeout ${LAYER_TIMEOUT:-540} fp8gemm bench --layer $resume --json "$OUT/layer.json" --plot "$OUT/layer.png" 2>&1 | tee "$OUT/layer.txt" | tail -40 ;;
   esac
 done
