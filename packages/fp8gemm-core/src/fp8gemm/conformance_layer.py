@@ -127,8 +127,8 @@ class LinearCase:
         return f"{lead}->{self.n}-{str(self.dtype).removeprefix('torch.')}" + "-bias" * self.bias + "-pow2" * self.pow2
 
 
-# Small batches with the decode shapes' N and K reach every sm90a tile that quantizes on chip (64 x 16 .. 64 x 96,
-# the warpgroup K split, 128 x 64, split-K) with 1, 17, 64, 96 and 128 rows.
+# Small batches with the decode shapes' N and K reach every sm90a decode tile (64 x 16 .. 64 x 96, the
+# warpgroup K split, 128 x 64, split-K) with 1, 17, 64, 96 and 128 rows.
 LINEAR_CASES = [
     LinearCase((1, 512), 272), LinearCase((3, 5, 384), 128, torch.float32, True), LinearCase((64, 1024), 2112),
     LinearCase((130, 256), 320, torch.float16, True), LinearCase((0, 256), 64), LinearCase((512, 7168), 576),
@@ -173,7 +173,7 @@ def run_linear_case(case: LinearCase, device, backend: str | None, seed: int | N
 
 
 def _two_steps(x, qw, w_scale, bias, case: LinearCase, backend: str | None) -> torch.Tensor:
-    """The layer as its parts: a quantization on chip must give these very bits (same codes, same GEMM)."""
+    """The layer as its parts: the backend's linear entry must give these very bits (same codes, same GEMM)."""
     q, scale = quantize_activation(x, pow2_scales=case.pow2, backend=backend)
     y = gemm(q, qw, scale, w_scale, out_dtype=torch.bfloat16 if case.dtype == torch.bfloat16 else torch.float32,
              backend=backend)  # fmt: skip

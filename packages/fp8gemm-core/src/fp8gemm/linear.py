@@ -78,8 +78,8 @@ def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
 
 
 def _launch_linear(found, x2d, in_kind: int, weight, weight_scale, out_dtype, pow2: bool, dev: int):
-    """One call of the backend's linear entry (quantization and GEMM, fused where the backend fuses them), or
-    None for a weight or scale the general path must check."""
+    """One call of the backend's linear entry (quantization, then GEMM), or None for a weight or scale the
+    general path must check."""
     backend, _, _, read_b_scale_ld = found
     m, k = x2d.shape
     weight_lds = ops._fast_weight(read_b_scale_ld, weight, weight_scale, k, dev)

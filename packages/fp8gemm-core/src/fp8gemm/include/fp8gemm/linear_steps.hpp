@@ -1,6 +1,5 @@
 // The Linear layer as two launches, for any arch with a quantize and a launch entry: x is quantized into
-// the workspace (FP8 codes, then MN-major scales), then the GEMM reads them. An arch that fused the
-// quantization into its GEMM would still take this path for the shapes it does not fuse.
+// the workspace (FP8 codes, then MN-major scales), then the GEMM reads them.
 #pragma once
 #include <cstdint>
 

@@ -73,18 +73,6 @@ FP8GEMM_QFN float block_scale(float amax, float fp8_max, bool pow2) {
   return s;
 }
 
-// One lane's 8 values of a block of 128, scaled in place into the FP8 range; returns the block's scale.
-// Every lane of the block's 16 calls it (Arch::group_max combines their maxima).
-template <class Arch>
-FP8GEMM_QFN float scale_lane_values(float (&v)[kQuantElems], bool pow2) {
-  float amax = 0.f;
-  for (int i = 0; i < kQuantElems; ++i) amax = nan_max(amax, v[i] < 0.f ? -v[i] : v[i]);
-  const float scale = block_scale(Arch::group_max(amax), Arch::kFp8Max, pow2);
-  const float inv = 1.0f / scale;
-  for (int i = 0; i < kQuantElems; ++i) v[i] *= inv;
-  return scale;
-}
-
 // One lane's share of the scale block (row, kb).
 template <class Arch, int kIn>
 FP8GEMM_QFN void quantize_group(const QuantizeParams& p, int64_t row, int64_t kb, int lane) {
@@ -92,7 +80,11 @@ FP8GEMM_QFN void quantize_group(const QuantizeParams& p, int64_t row, int64_t kb
   const int64_t col = kb * kQuantBlock + lane * kQuantElems;
   float v[kQuantElems];
   Arch::template load8<kIn>(p.x + row * p.ldx_bytes + col * kInBytes, v);
-  const float scale = scale_lane_values<Arch>(v, p.pow2 != 0);
+  float amax = 0.f;
+  for (int i = 0; i < kQuantElems; ++i) amax = nan_max(amax, v[i] < 0.f ? -v[i] : v[i]);
+  const float scale = block_scale(Arch::group_max(amax), Arch::kFp8Max, p.pow2 != 0);
+  const float inv = 1.0f / scale;
+  for (int i = 0; i < kQuantElems; ++i) v[i] *= inv;
   Arch::store8(p.q + row * p.k + col, v);
   if (lane == 0) p.scale[kb * p.scale_ld + row] = scale;
 }
