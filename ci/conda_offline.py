@@ -6,9 +6,11 @@ No conda channel is reachable here, so the real recipes cannot resolve their com
    channel-free run requirements (the fp8gemm-core pin) and run constraints (the GPU gate), and the real
    recipe's script tests, run with this machine's python (the prefix's site-packages on its path).
 2. rattler indexes the four into one local channel. Each arch package is solved as a machine with its GPU
-   (CONDA_OVERRIDE_CUDA_ARCH, the detection pixi and rattler use; __amdgpu_arch, which this py-rattler
-   predates, as a generic virtual package), with another GPU (refused) and with no GPU virtual package at
-   all (stock conda and mamba: installed), then installed into a fresh prefix where its recipe tests run.
+   (CONDA_OVERRIDE_CUDA_ARCH, the detection pixi and rattler use; __amdgpu_arch as rattler defines it from
+   conda/rattler#2806 -- version major.minor.stepping, build string 0 -- given as a generic virtual package,
+   since this py-rattler predates that detection), with another GPU (refused) and with no GPU virtual package
+   at all (stock conda and mamba: installed), then installed into a fresh prefix where its recipe tests run.
+   The GPUs, gates and wheel builds come from packages/*/arch.toml.
 """
 
 from __future__ import annotations
@@ -25,18 +27,14 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import arches  # noqa: E402
 from render_recipes import GATES, RECIPES, ROOT, render  # noqa: E402
 
 SITE = Path(sysconfig.get_paths()["purelib"]).relative_to(sysconfig.get_paths()["data"])  # lib/python3.X/site-packages
-# gfx90a (MI200) as __amdgpu_arch spells it: the wrong AMD GPU for the gfx942 package.
-OTHER_GPU = {"fp8gemm-cuda-sm120": "9.0", "fp8gemm-cuda-sm90a": "12.0", "fp8gemm-rocm-gfx942": "9.0.10"}
-WHEEL_ENV = {
-    "fp8gemm-core": {},
-    "fp8gemm-cuda-sm120": {"FP8GEMM_CUDA_ARCH": "120"},
-    "fp8gemm-cuda-sm90a": {},
-    # Debian's clang-19 without ROCm headers (the CI toolchain of tests/test_build_gfx942.py).
-    "fp8gemm-rocm-gfx942": {"FP8GEMM_HIP_COMPILER": "clang++-19", "FP8GEMM_HEADER_LIGHT": "ON"},
-}
+ARCHES = arches.by_package()
+# Another GPU's value of each package's gate: the solve must refuse the package there.
+OTHER_GPU = {package: a.refused_on for package, a in ARCHES.items()}
+WHEEL_ENV = {"fp8gemm-core": {}, **{package: a.build_env for package, a in ARCHES.items()}}
 PACKAGES = list(WHEEL_ENV)
 
 
@@ -111,8 +109,8 @@ def virtual_packages(gpu: Gpu) -> list:
     from rattler import GenericVirtualPackage, PackageName, Version, VirtualPackage, VirtualPackageOverrides
     from rattler.package.build_string import BuildString
 
-    # The CUDA GPU through rattler's own detection and its override variables; the AMD one (not known to this
-    # py-rattler) as the generic virtual package that pixi >= 0.82 declares from `amdgpu = "gfx942"`.
+    # The CUDA GPU through rattler's own detection and its override variables; the AMD one as rattler#2806
+    # detects it (version major.minor.stepping, build 0), given as a generic package: this py-rattler predates it.
     env = {"CONDA_OVERRIDE_CUDA": "12.8", "CONDA_OVERRIDE_CUDA_ARCH": gpu.version} if gpu.gate == "__cuda_arch" else {}
     saved = {k: os.environ.pop(k, None) for k in ("CONDA_OVERRIDE_CUDA", "CONDA_OVERRIDE_CUDA_ARCH")}
     os.environ.update(env)

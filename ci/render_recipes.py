@@ -1,11 +1,12 @@
 """Render every recipe for every variant with py-rattler-build and check what a solver and a feedstock rely on.
 
 Checks: the recipe parses and renders (unknown keys and bad Jinja fail); fp8gemm-core is noarch: python with
-its console script and takes torch as a peer (a run constraint, never a dependency); every arch package pins
-fp8gemm-core to its own version and carries its GPU gate as a run constraint on the virtual package
-(__cuda_arch or __amdgpu_arch: stock conda, which defines neither, still installs it), no __cuda pin (nvcc's
-run export sets the driver floor), a build string naming its CUDA or ROCm version; CUDA variants pin
-cuda-version to their compiler version; gfx942 does not pull conda-forge's torch (no ROCm build there);
+its console script and takes torch as a peer (a run constraint at the pip core's torch floor, never a
+dependency); every arch package pins fp8gemm-core to its own version and carries the GPU gate of its
+packages/<package>/arch.toml as a run constraint on the virtual package (__cuda_arch or __amdgpu_arch: stock
+conda, which defines neither, still installs it), no __cuda pin (nvcc's run export sets the driver floor), a
+build string naming its CUDA or ROCm version; CUDA variants pin cuda-version to their compiler version and
+depend on conda-forge's pytorch at the same floor; ROCm ones do not pull conda-forge's torch (no ROCm build);
 arch packages are skipped off linux-64; every recipe has the Apache-2.0 license file, maintainers, and
 an sdist URL + sha256 source when a feedstock sets the checksum. Exit 1 on any problem.
 """
@@ -21,14 +22,25 @@ from pathlib import Path
 
 from rattler_build import PlatformConfig, RenderConfig, Stage0Recipe, VariantConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import arches  # noqa: E402
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
-# The GPU each arch package may be installed on, as its virtual package says it (a run constraint).
-GATES = {
-    "fp8gemm-cuda-sm120": ("__cuda_arch", "12.0"),
-    "fp8gemm-cuda-sm90a": ("__cuda_arch", "9.0"),
-    "fp8gemm-rocm-gfx942": ("__amdgpu_arch", "9.4.2"),
-}
+# The GPU each arch package may be installed on, as its virtual package says it (a run constraint): its arch.toml.
+GATES = {a.package: (a.gate, a.gate_version) for a in arches.arches()}
+
+
+def torch_floor() -> str:
+    """The torch version the pip core requires (its pyproject.toml): every recipe states the same floor."""
+    deps = tomllib.loads((ROOT / "packages" / "fp8gemm-core" / "pyproject.toml").read_text())["project"]["dependencies"]
+    (torch,) = [d for d in deps if re.match(r"torch\b", d)]
+    return re.fullmatch(r"torch\s*>=\s*([\d.]+)", torch).group(1)
 
 
 @dataclasses.dataclass
@@ -118,7 +130,7 @@ def _arch_errors(r: Rendered, where: str) -> list[str]:
     run, constraints = r.requirements.get("run", []), r.requirements.get("run_constraints", [])
     gate, value = GATES.get(r.recipe, (None, None))
     if gate is None:
-        errors.append(f"{where}: no known virtual-package gate for this recipe (add it to GATES)")
+        errors.append(f"{where}: no packages/{r.recipe}/arch.toml states its GPU gate (docs/adding-an-arch.md)")
     elif f"{gate} =={value}" not in constraints:
         errors.append(f"{where}: run constraints lack the gate {gate} =={value}: {constraints}")
     if [s for s in run if s.startswith("__")]:
@@ -126,6 +138,8 @@ def _arch_errors(r: Rendered, where: str) -> list[str]:
     if [s for s in run + constraints if s.split()[0] == "__cuda"]:
         errors.append(f"{where}: a __cuda pin repeats the CUDA compiler's run export")
     if gate == "__cuda_arch":
+        if f"pytorch >={torch_floor()}" not in run:  # conda-forge has CUDA torch: a real run dependency
+            errors.append(f"{where}: run requirements lack pytorch >={torch_floor()} (the pip core's torch floor)")
         cuda = r.variant.get("cuda_compiler_version")
         if f"cuda-version {cuda}.*" not in r.requirements.get("host", []):
             errors.append(f"{where}: host requirements lack cuda-version {cuda}.*")
@@ -153,6 +167,8 @@ def check(r: Rendered, core_version: str) -> list[str]:
             errors.append(f"{where}: the fp8gemm console script is not declared")
         if [s for s in run if s.split()[0].startswith("pytorch")]:
             errors.append(f"{where}: torch is a peer (run constraint), not a run requirement: {run}")
+        if f"pytorch >={torch_floor()}" not in r.requirements.get("run_constraints", []):
+            errors.append(f"{where}: run constraints lack pytorch >={torch_floor()} (the pip core's torch floor)")
         return errors
     if f"fp8gemm-core =={core_version}" not in run:
         errors.append(f"{where}: run requirements lack the pin fp8gemm-core =={core_version}: {run}")

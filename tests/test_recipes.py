@@ -1,5 +1,7 @@
 """Conda recipes without conda channels: every variant rendered and checked, and all four packages built,
-indexed, solved (with their GPU, another GPU and none), installed and tested offline."""
+indexed, solved (with their GPU, another GPU and none), installed and tested offline. The AMD GPU is given to the
+solver as rattler defines __amdgpu_arch (conda/rattler#2806: major.minor.stepping, build 0); the tests that
+depend on it say so in their names."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ import pytest
 from isa import require_tool, search_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ci"))
+import arches  # noqa: E402
 import conda_offline  # noqa: E402
 import render_recipes  # noqa: E402
 from conda_offline import Gpu  # noqa: E402
 
-ARCH_RECIPES = ["fp8gemm-cuda-sm120", "fp8gemm-cuda-sm90a", "fp8gemm-rocm-gfx942"]
+ARCH_RECIPES = sorted(a.package for a in arches.arches())
+CUDA_RECIPES = sorted(a.package for a in arches.arches() if a.platform == "cuda")
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +34,15 @@ def test_every_recipe_renders_every_variant_and_passes_the_checks(rendered):
     assert [e for variants in rendered.values() for r in variants for e in render_recipes.check(r, version)] == []
     assert [e for d in render_recipes.recipe_dirs() for e in render_recipes.source_errors(d)] == []
     assert len(rendered["fp8gemm-core"]) == 1 and rendered["fp8gemm-core"][0].variant["target_platform"] == "noarch"
-    for cuda in ("fp8gemm-cuda-sm120", "fp8gemm-cuda-sm90a"):  # python 3.10-3.13 x CUDA 12.8/12.9/13.0
+    for cuda in CUDA_RECIPES:  # python 3.10-3.13 x CUDA 12.8/12.9/13.0
         assert {(r.variant["python"], r.variant["cuda_compiler_version"]) for r in rendered[cuda]} == {
             (p, c) for p in ("3.10", "3.11", "3.12", "3.13") for c in ("12.8", "12.9", "13.0")
         }
+
+
+def test_every_arch_package_has_a_recipe_and_a_manifest(rendered):
+    assert set(rendered) - {"fp8gemm-core"} == set(render_recipes.GATES) == set(ARCH_RECIPES)
+    assert render_recipes.GATES["fp8gemm-rocm-gfx942"] == ("__amdgpu_arch", "9.4.2")
 
 
 def test_gates_are_run_constraints_that_stock_conda_can_ignore(rendered):
@@ -45,6 +54,21 @@ def test_gates_are_run_constraints_that_stock_conda_can_ignore(rendered):
     assert {r.build["string"][:12] for r in rendered["fp8gemm-rocm-gfx942"]} == {f"rocm63_py31{i}" for i in "0123"}
 
 
+def test_one_torch_floor_in_the_pip_metadata_and_every_recipe(rendered):
+    floor = render_recipes.torch_floor()
+    assert floor == "2.4"
+    for recipe in CUDA_RECIPES:  # conda-forge has CUDA torch: a real run dependency
+        assert {f"pytorch >={floor}" in r.requirements["run"] for r in rendered[recipe]} == {True}
+    r = rendered["fp8gemm-cuda-sm90a"][0]
+    broken = dataclasses.replace(
+        r, requirements={**r.requirements, "run": [s for s in r.requirements["run"] if "torch" not in s]}
+    )
+    assert "lack pytorch >=2.4" in "\n".join(render_recipes.check(broken, "0.1.0"))
+    assert (
+        "conda-forge has no ROCm build" in (render_recipes.RECIPES / "fp8gemm-rocm-gfx942" / "recipe.yaml").read_text()
+    )
+
+
 def test_torch_is_the_users_on_rocm_and_a_peer_of_the_core(rendered):
     core = rendered["fp8gemm-core"][0].requirements
     assert "pytorch >=2.4" in core["run_constraints"] and not [s for s in core["run"] if "torch" in s]
@@ -52,7 +76,6 @@ def test_torch_is_the_users_on_rocm_and_a_peer_of_the_core(rendered):
     assert not [s for s in gfx["run"] if "torch" in s]
     assert {"hipcc 6.3.*", "rocm-device-libs 6.3.*", "clangxx 19.*"} <= set(gfx["build"])
     assert "hip-devel 6.3.*" in gfx["host"]
-    assert "pytorch >=2.4" in rendered["fp8gemm-cuda-sm90a"][0].requirements["run"]  # conda-forge has CUDA torch
 
 
 def test_license_maintainers_and_feedstock_source(rendered):
@@ -108,7 +131,7 @@ def _names(records) -> list[str]:
 
 
 @pytest.mark.parametrize("package", ARCH_RECIPES)
-def test_solver_takes_the_package_for_its_gpu_and_where_no_gpu_is_declared(channel, package):
+def test_solver_with_rattlers_gpu_packages_takes_the_package_for_its_gpu_and_where_none_is_declared(channel, package):
     gate, value = render_recipes.GATES[package]
     assert _names(conda_offline.solve(channel, package, Gpu(gate, value))) == ["fp8gemm-core", package]
     # Stock conda and mamba define no __cuda_arch / __amdgpu_arch: the constraint does not apply.
@@ -116,7 +139,7 @@ def test_solver_takes_the_package_for_its_gpu_and_where_no_gpu_is_declared(chann
 
 
 @pytest.mark.parametrize("package", ARCH_RECIPES)
-def test_solver_refuses_the_package_for_another_gpu(channel, package):
+def test_solver_with_rattlers_gpu_packages_refuses_the_package_for_another_gpu(channel, package):
     gate, _ = render_recipes.GATES[package]
     with pytest.raises(Exception, match=f"(?s){package}.*constrain"):
         conda_offline.solve(channel, package, Gpu(gate, conda_offline.OTHER_GPU[package]))
