@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import fp8gemm
 import pytest
 import torch
-from fp8gemm import registry
+from fp8gemm import registry, runtime
 
 
 def device_under_test() -> torch.device:
@@ -33,3 +34,13 @@ def device() -> torch.device:
 
 def fp8_dtype_for(device: torch.device, backend: str) -> torch.dtype:
     return fp8gemm.preferred_fp8_dtype(device, backend)
+
+
+def cpu_tensors_play_a_gpu(monkeypatch, stream: int = 0) -> None:
+    """Selection and launch take the GPU path for CPU tensors: they play device 0, whose current stream is ``stream``
+    (a backend whose kernels run on host memory, such as a fake or the gfx942 emulation, then runs them)."""
+    monkeypatch.setattr(runtime, "on_device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(runtime, "device_index", lambda t: 0 if t.device.type == "cpu" else -1)
+    monkeypatch.setattr(runtime, "current_device", lambda: 0)
+    monkeypatch.setattr(runtime, "raw_stream", lambda index: stream)
+    monkeypatch.setattr(runtime, "capturing", lambda: False)

@@ -11,14 +11,14 @@ or a removed barrier was shown to fail here)."""
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import sys
 
 import fp8gemm
 import pytest
 import torch
-from fp8gemm import conformance, ops, quantize, registry
+from conftest import cpu_tensors_play_a_gpu
+from fp8gemm import conformance, ops, registry, runtime
 from fp8gemm.reference import oracle
 from isa import ROOT, require_tool
 
@@ -66,14 +66,10 @@ def mi300x(emulator, monkeypatch):
     installed = (registry.InstalledBackend(f"{backend.name} = gfx942_emulator", backend.package, backend, None),)
     monkeypatch.setattr(registry, "installed_backends", lambda refresh=False: installed)
     monkeypatch.setattr(registry, "describe_device", lambda device: MI300X)
-    for module in (ops, quantize):  # quantize holds its own reference to the guard
-        monkeypatch.setattr(module, "_device_guard", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(ops, "_device_index", lambda t: 0 if t.device.type == "cpu" else -1)
-    monkeypatch.setattr(ops, "_current_device", lambda: 0)
-    monkeypatch.setattr(ops, "_raw_stream", lambda index: 0)
-    monkeypatch.setattr(ops, "_capturing", lambda: False)
-    monkeypatch.setattr(ops, "torch", StreamOrderedTorch())
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)  # the quantizer's
+    cpu_tensors_play_a_gpu(monkeypatch)
+    stream_ordered = StreamOrderedTorch()
+    for module in (ops, runtime):
+        monkeypatch.setattr(module, "torch", stream_ordered)
     registry.clear_caches()
     emulator.use_cu_count(MI300X_CUS)
     yield backend

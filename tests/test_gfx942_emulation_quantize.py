@@ -10,7 +10,7 @@ import fp8gemm
 import pytest
 import test_gfx942_emulation
 import torch
-from fp8gemm import conformance_layer, quantize
+from fp8gemm import conformance_layer, quantize, runtime
 
 FP8 = test_gfx942_emulation.FP8
 emulator, mi300x = test_gfx942_emulation.emulator, test_gfx942_emulation.mi300x  # built once for the test run
@@ -42,7 +42,7 @@ def test_row_tails_and_strides(emulator, mi300x, m, dtype):
     """Every M modulo the 16 rows of a workgroup and the 4 rows of a wavefront, rows read in place."""
     gen = torch.Generator().manual_seed(1000 * m + len(str(dtype)))
     x = _strided_rows(m, 512, dtype, gen)
-    assert quantize._kernel_input(x) is x
+    assert runtime.kernel_rows(x) is x
     for pow2 in (False, True):
         q, scale = fp8gemm.quantize_activation(x, pow2_scales=pow2, backend=mi300x.name)
         want_q, want_scale = quantize.reference_quantize(x, FP8, pow2)

@@ -13,7 +13,7 @@ import fp8gemm
 import pytest
 import torch
 from conftest import backends_under_test, device_under_test
-from fp8gemm import conformance
+from fp8gemm import conformance, runtime
 from fp8gemm.reference import oracle
 
 pytestmark = pytest.mark.skipif(device_under_test().type == "cpu", reason="needs a GPU")
@@ -69,15 +69,15 @@ def test_torch_compile_on_gpu(backend):
 
 
 def test_kept_scratch_is_one_buffer_per_stream_and_none_under_capture():
-    from fp8gemm import ops
 
     here, side = torch.cuda.current_stream(), torch.cuda.Stream()
-    first = ops._scratch(4096, here.cuda_stream, torch.device("cuda"))
-    assert ops._scratch(ops.SCRATCH_KEPT_BYTES, here.cuda_stream, torch.device("cuda")) == first
-    assert ops._scratch(4096, side.cuda_stream, torch.device("cuda")) != first
-    graph, kept = torch.cuda.CUDAGraph(), {ptr for _, ptr in ops._kept_scratch.values()}
+    cuda = torch.device("cuda", torch.cuda.current_device())
+    first = runtime.scratch(4096, cuda, here.cuda_stream)
+    assert runtime.scratch(runtime.SCRATCH_KEPT_BYTES, cuda, here.cuda_stream) == first
+    assert runtime.scratch(4096, cuda, side.cuda_stream) != first
+    graph, kept = torch.cuda.CUDAGraph(), set(runtime.kept_scratch_addresses().values())
     with torch.cuda.graph(graph):  # a graph must own its scratch: kept buffers outlive no graph
-        captured = ops._scratch(4096, torch.cuda.current_stream().cuda_stream, torch.device("cuda"))
+        captured = runtime.scratch(4096, cuda, torch.cuda.current_stream().cuda_stream)
         torch.cuda._sleep(1)  # a graph with no work draws a warning
     assert captured not in kept
 

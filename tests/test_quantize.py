@@ -90,7 +90,7 @@ def test_zero_block_gets_a_finite_scale():
     "fn, arg, error, match",
     [
         (fp8gemm.quantize_activation, torch.randn(4, 200), ValueError, "multiple of 128"),
-        (fp8gemm.quantize_activation, torch.ones(4, 128, dtype=torch.int32), TypeError, "float16/bfloat16/float32"),
+        (fp8gemm.quantize_activation, torch.ones(4, 128, dtype=torch.int32), TypeError, "bfloat16/float16/float32"),
         (fp8gemm.quantize_weight, torch.randn(2, 4, 128), ValueError, "2-D"),
         (fp8gemm.quantize_weight, [[1.0]], TypeError, "torch.Tensor"),
     ],

@@ -6,7 +6,6 @@ so these tests also check the launch protocol: pointers, leading dims, scale lay
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import textwrap
 import fp8gemm
 import pytest
 import torch
+from conftest import cpu_tensors_play_a_gpu
 from fp8gemm import conformance, ops, registry
 from fp8gemm.registry import DeviceInfo
 
@@ -116,12 +116,7 @@ def fake_gpu(monkeypatch):
 
     def use(info: DeviceInfo):
         monkeypatch.setattr(registry, "describe_device", lambda device: info)
-        monkeypatch.setattr(ops, "_device_guard", lambda device: contextlib.nullcontext())
-        # The fast path reads device indices and the raw stream: CPU tensors play device 0.
-        monkeypatch.setattr(ops, "_device_index", lambda t: 0 if t.device.type == "cpu" else -1)
-        monkeypatch.setattr(ops, "_current_device", lambda: 0)
-        monkeypatch.setattr(ops, "_raw_stream", lambda index: 1234)
-        monkeypatch.setattr(ops, "_capturing", lambda: False)
+        cpu_tensors_play_a_gpu(monkeypatch, stream=1234)
         registry.clear_caches()
 
     yield use
@@ -257,7 +252,7 @@ def test_steady_state_call_takes_the_fast_path(fake_site, fake_gpu, monkeypatch)
     a, a_scale = fp8gemm.quantize_activation(torch.randn(64, 512), backend="hopper")  # scales MN-major
     assert a_scale.stride(0) == 1 and a_scale.stride(1) % 4 == 0
     general = []
-    monkeypatch.setattr(ops, "_run", lambda *args: general.append(args))
+    monkeypatch.setattr(ops, "run_gemm", lambda *args: general.append(args))
     out = torch.full((64, 256), float("nan"), dtype=torch.float32)
     fp8gemm.gemm(a, b, a_scale, b_scale, out=out, backend="hopper")
     assert general == []  # no fallback: everything was already in the backend's layout

@@ -61,7 +61,7 @@ def shape_calls(backends: dict, with_deepgemm: bool, m: int, n: int, k: int):
     calls, errors = {}, {}
     for name, backend in backends.items():
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-        calls[name] = lambda backend=backend, out=out: ops._launch(backend, a, b, a_scale, b_scale, out)
+        calls[name] = lambda backend=backend, out=out: ops.launch_gemm(backend, a, b, a_scale, b_scale, out)
         calls[name]()
         errors[name] = relative_error(out, ref)
     if with_deepgemm:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from . import ops
+from . import runtime
 from .bench import environment, geomean, host_seconds_per_call
 from .conformance import relative_error
 from .layer_peers import BF16, GEMM_ALONE, OURS, gemm_alone, layer_paths
@@ -116,14 +116,14 @@ def eager_wall(device, m: int = 1, n: int = 256, k: int = 512, calls: int = 2000
 def _raw_entries(x, qw, w_scale, qx, x_scale) -> dict:
     """The backend's ``linear`` and ``launch`` entries on buffers allocated once, where it has both."""
     dev = x.get_device()
-    backend, _, read_a_ld, read_b_ld = ops._fast_backend(dev, None) or (None,) * 4
+    backend, _, read_a_ld, read_b_ld = runtime.fast_backend(dev, None) or (None,) * 4
     if backend is None or backend.linear is None:
         return {}
     (m, k), n = x.shape, qw.shape[0]
     out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     ws_bytes = max(backend.linear_workspace_bytes(m, n, k, IN_BF16), backend.workspace_bytes(m, n, k))
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=x.device)
-    stream, b_ld = ops._raw_stream(dev), read_b_ld(w_scale.stride(), w_scale.shape[0], w_scale.shape[1])
+    stream, b_ld = runtime.raw_stream(dev), read_b_ld(w_scale.stride(), w_scale.shape[0], w_scale.shape[1])
     a_ld = read_a_ld(x_scale.stride(), m, k // 128)
     ptrs = (qw.data_ptr(), w_scale.data_ptr(), out.data_ptr(), ws.data_ptr())
     return {

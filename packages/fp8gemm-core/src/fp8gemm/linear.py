@@ -7,29 +7,41 @@ its quantize kernel runs, then the GEMM.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from . import ops, registry
-from .protocol import OUT_BF16, OUT_FP32
-from .quantize import _IN_KINDS, _kernel_input, _quantize_activation, kernel_quantize
+from . import ops, registry, runtime
+from .quantize import kernel_quantize, quantize_rows
+from .reference import BLOCK
+from .runtime import IN_KINDS, LIBRARY
+from .validation import check_fp8, check_same_device, check_tensor, check_weight
+
+LINEAR_NAMES = ("x", "weight", "weight_scale", "bias")
+_GEMM_NAMES = ("x (quantized)", "weight", "the scales of x", "weight_scale")
 
 
-def _check_linear(x, weight, bias) -> None:
-    if not isinstance(x, torch.Tensor) or x.dtype not in _IN_KINDS:
-        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-        raise TypeError(f"x must be a bfloat16/float16/float32 tensor [..., K], got {got}")
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        raise TypeError("weight must be a 2-D FP8 tensor [N, K] (the nn.Linear weight layout); quantize it with "
-                        "fp8gemm.quantize_weight or use fp8gemm.nn.Fp8Linear")  # fmt: skip
-    if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
+def check_linear(x, weight, weight_scale, bias) -> None:
+    """Every argument of ``linear`` checked on metadata alone, each error under the caller's name."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor [..., K], got {type(x).__name__}")
+    if x.dtype not in IN_KINDS:
+        raise TypeError(f"x must be a bfloat16/float16/float32 tensor [..., K], got {x.dtype}")
+    check_tensor("weight", weight)
+    check_fp8("weight", weight, "quantize it with fp8gemm.quantize_weight or use fp8gemm.nn.Fp8Linear")
+    n, k = weight.shape
+    if x.dim() == 0 or x.shape[-1] != k:
         raise ValueError(
-            f"x's last dim must equal weight's in_features: x is {tuple(x.shape)}, weight is [N, K] = {tuple(weight.shape)}"
+            f"x's last dim must equal weight's in_features: x is {tuple(x.shape)}, weight is [N, K] = {(n, k)}"
         )
-    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (weight.shape[0],)):
-        got = tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
-        raise ValueError(f"bias must be a tensor [N] = [{weight.shape[0]}], got {got}")
+    if k == 0 or k % BLOCK:
+        raise ValueError(f"K = {k} (weight.shape[1]) must be a positive multiple of {BLOCK}; pad K with zeros")
+    check_weight(weight, weight_scale, k, ("weight", "weight_scale"))
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or not bias.dtype.is_floating_point:
+            got = bias.dtype if isinstance(bias, torch.Tensor) else type(bias).__name__
+            raise TypeError(f"bias must be a floating-point tensor [N] = [{n}] or None, got {got}")
+        if tuple(bias.shape) != (n,):
+            raise ValueError(f"bias must be [N] = [{n}], got {tuple(bias.shape)}")
+    check_same_device("x", x, weight=weight, weight_scale=weight_scale, bias=bias)
 
 
 def _gemm_dtype(x_dtype: torch.dtype) -> torch.dtype:
@@ -50,50 +62,54 @@ def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
     tensor = torch.Tensor
     if type(x) is not tensor or type(weight) is not tensor or len(weight.shape) != 2:
         return None
-    in_kind, dev = _IN_KINDS.get(x.dtype), ops._device_index(x)
-    if in_kind is None or dev < 0 or dev != ops._current_device():
+    in_kind, dev = IN_KINDS.get(x.dtype), runtime.device_index(x)
+    if in_kind is None or dev < 0 or dev != runtime.current_device():
         return None
-    found = ops._fast_backend(dev, backend_name or os.environ.get(registry.ENV_VAR) or None)
-    if found is None or weight.dtype is not found[1] or found[0].quantize is None:
+    found = runtime.fast_backend(dev, runtime.requested_backend(backend_name))
+    if found is None or weight.dtype is not found.fp8_dtype or found.backend.quantize is None:
         return None
     shape, (n, k) = x.shape, weight.shape
     if not shape or shape[-1] != k or not k or k & 127:
         return None
-    if bias is not None and (type(bias) is not tensor or bias.shape != (n,)):
+    if bias is not None and (type(bias) is not tensor or bias.shape != (n,) or runtime.device_index(bias) != dev):
+        return None
+    weight_lds = runtime.weight_lds(found, weight, weight_scale, k, dev)
+    if weight_lds is None:
         return None
     x2d = x if len(shape) == 2 else x.reshape(-1, k)
     if not x2d.shape[0]:
         return None
-    x2d = _kernel_input(x2d)
+    x2d = runtime.kernel_rows(x2d)
     out_dtype = _gemm_dtype(x.dtype)
-    if found[0].linear is not None:
-        y = _launch_linear(found, x2d, in_kind, weight, weight_scale, out_dtype, pow2, dev)
-        if y is not None:
-            return _finish(y, x, bias)
-    q, scale = kernel_quantize(found[0], x2d, pow2)
-    y = ops._try_fast(backend_name, q, weight, scale, weight_scale, None, out_dtype)
-    if y is None:  # an unusual weight or scale: the general path checks and raises
-        y = ops._run(backend_name or "", q, weight, scale, weight_scale, None, out_dtype)
+    if found.backend.linear is not None:
+        y = _launch_linear(found.backend, x2d, in_kind, weight, weight_scale, weight_lds, out_dtype, pow2, dev)
+    else:
+        q, scale = kernel_quantize(found.backend, x2d, pow2)
+        y = ops.try_fast_gemm(backend_name, q, weight, scale, weight_scale, None, out_dtype)
     return _finish(y, x, bias)
 
 
-def _launch_linear(found, x2d, in_kind: int, weight, weight_scale, out_dtype, pow2: bool, dev: int):
-    """One call of the backend's linear entry (quantization, then GEMM), or None for a weight or scale the
-    general path must check."""
-    backend, _, _, read_b_scale_ld = found
+def _launch_linear(backend, x2d, in_kind: int, weight, weight_scale, weight_lds, out_dtype, pow2: bool, dev: int):
+    """One call of the backend's linear entry (quantization, then GEMM) on operands the fast path checked."""
     m, k = x2d.shape
-    weight_lds = ops._fast_weight(read_b_scale_ld, weight, weight_scale, k, dev)
-    if weight_lds is None:
-        return None
-    ldb, b_scale_ld = weight_lds
     n = weight.shape[0]
+    ldb, b_scale_ld = weight_lds
     out = torch.empty((m, n), dtype=out_dtype, device=x2d.device)
-    stream = ops._raw_stream(dev)
-    workspace = ops._scratch(backend.linear_workspace_bytes(m, n, k, in_kind), stream, x2d.device)
+    stream = runtime.raw_stream(dev)
+    workspace = runtime.scratch(backend.linear_workspace_bytes(m, n, k, in_kind), x2d.device, stream)
     backend.linear(x2d.data_ptr(), weight.data_ptr(), weight_scale.data_ptr(), out.data_ptr(), workspace, m, n, k,
-                   x2d.stride(0), ldb, n, b_scale_ld, OUT_FP32 if out_dtype is torch.float32 else OUT_BF16, in_kind,
-                   int(pow2), stream)  # fmt: skip
+                   x2d.stride(0), ldb, n, b_scale_ld, runtime.out_kind(out_dtype), in_kind, int(pow2), stream)  # fmt: skip
     return out
+
+
+def _check_backend_dtype(weight, device, backend_name) -> None:
+    chosen = registry.select(device, backend_name).backend
+    if chosen.fp8_dtype and weight.dtype != getattr(torch, chosen.fp8_dtype):
+        raise TypeError(
+            f"weight is {weight.dtype}, but the backend for {device} ({chosen.name}) takes torch.{chosen.fp8_dtype}; "
+            f"convert it with fp8gemm.nn.to_fp8_dtype(weight, weight_scale, torch.{chosen.fp8_dtype}), or load the "
+            f"layer through fp8gemm.nn.Fp8Linear, which converts on load"
+        )
 
 
 def _linear(x, weight, weight_scale, bias, pow2: bool, backend_name):
@@ -102,13 +118,15 @@ def _linear(x, weight, weight_scale, bias, pow2: bool, backend_name):
 
 
 def _checked_linear(x, weight, weight_scale, bias, pow2: bool, backend_name):
-    _check_linear(x, weight, bias)
-    q, scale = _quantize_activation(x, weight.dtype, pow2, backend_name)
-    y = ops.gemm(q, weight, scale, weight_scale, out_dtype=_gemm_dtype(x.dtype), backend=backend_name)
+    check_linear(x, weight, weight_scale, bias)
+    backend_name = runtime.requested_backend(backend_name)
+    _check_backend_dtype(weight, x.device, backend_name)
+    q, scale = quantize_rows(x, weight.dtype, pow2, backend_name)
+    y = ops.run_gemm(backend_name, q, weight, scale, weight_scale, None, _gemm_dtype(x.dtype), _GEMM_NAMES)
     return _finish(y, x, bias)
 
 
-@torch.library.custom_op("fp8gemm::linear", mutates_args=())
+@torch.library.custom_op(f"{LIBRARY}::linear", mutates_args=())
 def _linear_op(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
                pow2_scales: bool, backend: str) -> torch.Tensor:  # fmt: skip
     return _linear(x, weight, weight_scale, bias, pow2_scales, backend or None)
@@ -116,8 +134,12 @@ def _linear_op(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor
 
 @_linear_op.register_fake
 def _(x, weight, weight_scale, bias, pow2_scales, backend):
-    _check_linear(x, weight, bias)
+    check_linear(x, weight, weight_scale, bias)
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+runtime.refuse_autograd(_linear_op, "linear", LINEAR_NAMES)
+_ops = getattr(torch.ops, LIBRARY)
 
 
 def linear(
@@ -137,6 +159,9 @@ def linear(
     GEMM runs. A ``torch.library`` op: traces under ``torch.compile(fullgraph=True)`` and is captured by
     CUDA graphs. On CPU it runs the pure-torch reference.
     """
+    runtime.refuse_grad(
+        "linear", LINEAR_NAMES, (x, weight, weight_scale, bias)
+    )  # traced as a guard under torch.compile
     if torch.compiler.is_compiling():
-        return torch.ops.fp8gemm.linear(x, weight, weight_scale, bias, pow2_scales, backend or "")
+        return _ops.linear(x, weight, weight_scale, bias, pow2_scales, backend or "")
     return _linear(x, weight, weight_scale, bias, pow2_scales, backend)

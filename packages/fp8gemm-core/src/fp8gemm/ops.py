@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import torch
 
-from . import registry
-from .protocol import OUT_BF16, OUT_FP32, Backend
+from . import registry, runtime
+from .protocol import Backend
 from .reference import REFERENCE, reference_gemm
-from .validation import check_inputs, check_tensor, conform_scale, ld_reader
-
-_device_index = torch.Tensor.get_device  # -1 on CPU; the unbound method: no wrapper call per tensor
-
-
-def _current_device() -> int:
-    return torch._C._cuda_getDevice()
-
-
-def _raw_stream(device_index: int) -> int:
-    return torch._C._cuda_getCurrentRawStream(device_index)  # a hipStream_t under ROCm torch
-
-
-def _device_guard(device: torch.device):
-    """Kernels launch on the current device: switch only when the tensors live elsewhere."""
-    return contextlib.nullcontext() if device.index == _current_device() else torch.cuda.device(device)
-
+from .runtime import LIBRARY
+from .validation import GEMM_NAMES, check_inputs, check_tensor, conform_scale
 
 # --- fast path: the steady-state call (valid inputs, scales already in the backend's layout) ---------
 # A serving engine calls gemm thousands of times per second with the same metadata, and the general
@@ -35,88 +17,26 @@ def _device_guard(device: torch.device):
 # then validates in full and produces the error message. It never accepts what the general path
 # rejects (tests/test_registry.py and the GPU suite check both paths).
 
-_fast_backends: dict[tuple[int, str | None], tuple | None] = {}
-registry.on_refresh(_fast_backends.clear)
 
-
-def _fast_backend(device_index: int, requested: str | None):
-    key = (device_index, requested)
-    if key not in _fast_backends:
-        chosen = registry.select(torch.device("cuda", device_index), requested).backend
-        _fast_backends[key] = (
-            None
-            if chosen is REFERENCE
-            else (
-                chosen,
-                getattr(torch, chosen.fp8_dtype),
-                ld_reader(chosen.a_scale_layout),
-                ld_reader(chosen.b_scale_layout),
-            )
-        )
-    return _fast_backends[key]
-
-
-def _fast_weight(read_b_scale_ld, b, b_scale, k: int, dev: int):
-    """``(ldb, b_scale_ld)`` where the kernel reads the weight ``b`` [N, K] (a 2-D tensor in the backend's FP8
-    dtype: the caller checked) and its scale as they are on device ``dev``, else None."""
-    if type(b_scale) is not torch.Tensor or b_scale.dtype is not torch.float32:
-        return None
-    n, b_k = b.shape
-    kb, nb = k >> 7, (n + 127) >> 7
-    if b_k != k or not n or n & 15 or b_scale.shape != (nb, kb):
-        return None
-    ldb, b1 = b.stride()
-    if b1 != 1 or ldb < k or ldb & 15:
-        return None
-    b_scale_ld = read_b_scale_ld(b_scale.stride(), nb, kb)
-    if b_scale_ld is None or _device_index(b) != dev or _device_index(b_scale) != dev:
-        return None
-    if (b.data_ptr() | b_scale.data_ptr()) & 15:
-        return None
-    return ldb, b_scale_ld
-
-
-# Scratch up to this size (split-K partial sums, the FP8 copy of a decode step's activations) is kept per
-# stream: one allocation less per call, ~2 us of host time. Kernels on one stream run in order, so a kept
-# buffer is never written while an earlier kernel reads it; under graph capture every call allocates, as
-# a graph must own its memory.
-SCRATCH_KEPT_BYTES = 1 << 20
-_kept_scratch: dict[int, tuple[torch.Tensor, int]] = {}
-_capturing = torch.cuda.is_current_stream_capturing
-registry.on_refresh(_kept_scratch.clear)
-
-
-def _scratch(nbytes: int, stream: int, device: torch.device) -> int:
-    """The device address of ``nbytes`` of scratch for kernels launched next on ``stream`` (the current one)."""
-    if not nbytes:
-        return 0
-    if nbytes <= SCRATCH_KEPT_BYTES and not _capturing():
-        kept = _kept_scratch.get(stream)
-        if kept is None:
-            buffer = torch.empty(SCRATCH_KEPT_BYTES, dtype=torch.uint8, device=device)
-            kept = _kept_scratch[stream] = (buffer, buffer.data_ptr())
-        return kept[1]
-    return torch.empty(nbytes, dtype=torch.uint8, device=device).data_ptr()  # freed to this stream, in order
-
-
-def _try_fast(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa: C901 - one flat check list
+def try_fast_gemm(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa: C901 - one flat check list
+    """The steady-state eager call with the fewest checks, or None: then :func:`run_gemm` checks in full."""
     tensor = torch.Tensor
     if type(a) is not tensor or type(b) is not tensor or type(a_scale) is not tensor:
         return None
-    dev = _device_index(a)
+    dev = runtime.device_index(a)
     if dev < 0:
         return None
-    found = _fast_backend(dev, backend_name or os.environ.get(registry.ENV_VAR) or None)
+    found = runtime.fast_backend(dev, runtime.requested_backend(backend_name))
     if found is None:
         return None
-    backend, fp8, read_a_scale_ld, read_b_scale_ld = found
+    backend, fp8, read_a_scale_ld, _ = found
     f32 = torch.float32
     if a.dtype is not fp8 or b.dtype is not fp8 or a_scale.dtype is not f32 or len(a.shape) != 2 or len(b.shape) != 2:
         return None
     m, k = a.shape
     if not m or not k or k & 127 or a_scale.shape != (m, k >> 7):
         return None
-    weight = _fast_weight(read_b_scale_ld, b, b_scale, k, dev)
+    weight = runtime.weight_lds(found, b, b_scale, k, dev)
     if weight is None:
         return None
     ldb, b_scale_ld = weight
@@ -136,65 +56,64 @@ def _try_fast(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa: C9
         o_dtype = out.dtype
         if (o_dtype is not torch.bfloat16 and o_dtype is not f32) or out.shape != (m, n):
             return None
-        if (out_dtype is not None and out_dtype is not o_dtype) or _device_index(out) != dev:
+        if (out_dtype is not None and out_dtype is not o_dtype) or runtime.device_index(out) != dev:
             return None
         ldo, o1 = out.stride()
         if o1 != 1 or ldo < n or (ldo << (2 if o_dtype is f32 else 1)) & 15 or out.data_ptr() & 15:
             return None
-    if _device_index(a_scale) != dev:
+    if runtime.device_index(a_scale) != dev:
         return None
     ptrs = (a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr())
-    if (ptrs[0] | ptrs[2]) & 15 or _current_device() != dev:
+    if (ptrs[0] | ptrs[2]) & 15 or runtime.current_device() != dev:
         return None
     if out is None:  # only now: a call that falls back must not allocate twice
         out = torch.empty((m, n), dtype=out_dtype or torch.bfloat16, device=a.device)
         ldo = n
-    stream = _raw_stream(dev)
-    workspace = _scratch(backend.workspace_bytes(m, n, k), stream, a.device)
+    stream = runtime.raw_stream(dev)
+    workspace = runtime.scratch(backend.workspace_bytes(m, n, k), a.device, stream)
     backend.launch(*ptrs, out.data_ptr(), workspace, m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld,
-                   OUT_FP32 if out.dtype is f32 else OUT_BF16, stream)  # fmt: skip
+                   runtime.out_kind(out.dtype), stream)  # fmt: skip
     return out
 
 
-def _launch(backend: Backend, a, b, a_scale, b_scale, out: torch.Tensor) -> None:
+def launch_gemm(backend: Backend, a, b, a_scale, b_scale, out: torch.Tensor) -> None:
+    """One launch on checked operands (scales conformed here), on the current device and stream."""
     m, k = a.shape
     n = b.shape[0]
     a_scale, a_scale_ld = conform_scale(a_scale, backend.a_scale_layout)
     b_scale, b_scale_ld = conform_scale(b_scale, backend.b_scale_layout)
-    ws_bytes = backend.workspace_bytes(m, n, k)
-    workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=a.device) if ws_bytes else None
-    stream = _raw_stream(a.device.index)
+    stream = runtime.raw_stream(a.device.index)
+    workspace = runtime.scratch(backend.workspace_bytes(m, n, k), a.device, stream)
     backend.launch(
-        a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(),
-        workspace.data_ptr() if workspace is not None else 0,
-        m, n, k, a.stride(0), b.stride(0), out.stride(0), a_scale_ld, b_scale_ld,
-        OUT_FP32 if out.dtype == torch.float32 else OUT_BF16, stream,
+        a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(), workspace,
+        m, n, k, a.stride(0), b.stride(0), out.stride(0), a_scale_ld, b_scale_ld, runtime.out_kind(out.dtype), stream,
     )  # fmt: skip
 
 
-def _run(backend_name: str, a, b, a_scale, b_scale, out, out_dtype) -> torch.Tensor:
-    """Validate, pick the backend, allocate ``out`` if needed, and run."""
-    check_tensor("a", a)  # the device of a picks the backend
+def run_gemm(backend_name: str | None, a, b, a_scale, b_scale, out, out_dtype, names=GEMM_NAMES) -> torch.Tensor:
+    """Validate (errors under the caller's ``names``), pick the backend, allocate ``out`` if needed, and run on the
+    tensors' device."""
+    check_tensor(names[0], a)  # the device of a picks the backend
     backend = registry.select(a.device, backend_name or None).backend
-    dtype = check_inputs(a, b, a_scale, b_scale, out, out_dtype, backend.fp8_dtype)
+    dtype = check_inputs(a, b, a_scale, b_scale, out, out_dtype, backend.fp8_dtype, names)
     if out is None:
         out = torch.empty((a.shape[0], b.shape[0]), dtype=dtype, device=a.device)
     if a.shape[0] == 0:
         return out
     if backend is REFERENCE:
         return reference_gemm(a, b, a_scale, b_scale, out)
-    with _device_guard(a.device):
-        _launch(backend, a, b, a_scale, b_scale, out)
+    with runtime.on_device(a.device):
+        launch_gemm(backend, a, b, a_scale, b_scale, out)
     return out
 
 
 # --- torch.library ops: what torch.compile and graph capture see -----------------------------------
 
 
-@torch.library.custom_op("fp8gemm::gemm", mutates_args=())
+@torch.library.custom_op(f"{LIBRARY}::gemm", mutates_args=())
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
              out_dtype: torch.dtype, backend: str) -> torch.Tensor:  # fmt: skip
-    return _run(backend, a, b, a_scale, b_scale, None, out_dtype)
+    return run_gemm(backend, a, b, a_scale, b_scale, None, out_dtype)
 
 
 @_gemm_op.register_fake
@@ -203,15 +122,19 @@ def _(a, b, a_scale, b_scale, out_dtype, backend):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=dtype)
 
 
-@torch.library.custom_op("fp8gemm::gemm_out", mutates_args=("out",))
+@torch.library.custom_op(f"{LIBRARY}::gemm_out", mutates_args=("out",))
 def _gemm_out_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
                  out: torch.Tensor, backend: str) -> None:  # fmt: skip
-    _run(backend, a, b, a_scale, b_scale, out, None)
+    run_gemm(backend, a, b, a_scale, b_scale, out, None)
 
 
 @_gemm_out_op.register_fake
 def _(a, b, a_scale, b_scale, out, backend):
     check_inputs(a, b, a_scale, b_scale, out, None, None)
+
+
+runtime.refuse_autograd(_gemm_op, "gemm", GEMM_NAMES)
+_ops = getattr(torch.ops, LIBRARY)
 
 
 def gemm(a, b, a_scale, b_scale, *, out=None, out_dtype=None, backend: str | None = None) -> torch.Tensor:
@@ -223,14 +146,15 @@ def gemm(a, b, a_scale, b_scale, *, out=None, out_dtype=None, backend: str | Non
     backend: a backend name or "reference"; default ``$FP8GEMM_BACKEND``, else the best fit for the
     device. See docs/architecture.md for the full contract.
     """
+    runtime.refuse_grad("gemm", GEMM_NAMES, (a, b, a_scale, b_scale))  # traced as a guard under torch.compile
     if torch.compiler.is_compiling():
         if out is not None:
-            torch.ops.fp8gemm.gemm_out(a, b, a_scale, b_scale, out, backend or "")
+            _ops.gemm_out(a, b, a_scale, b_scale, out, backend or "")
             return out
-        return torch.ops.fp8gemm.gemm(a, b, a_scale, b_scale, out_dtype or torch.bfloat16, backend or "")
+        return _ops.gemm(a, b, a_scale, b_scale, out_dtype or torch.bfloat16, backend or "")
     # Eager calls skip the op dispatcher: same code, a few microseconds less per call.
-    fast = _try_fast(backend, a, b, a_scale, b_scale, out, out_dtype)
-    return fast if fast is not None else _run(backend or "", a, b, a_scale, b_scale, out, out_dtype)
+    fast = try_fast_gemm(backend, a, b, a_scale, b_scale, out, out_dtype)
+    return fast if fast is not None else run_gemm(backend, a, b, a_scale, b_scale, out, out_dtype)
 
 
 def prepare_weight_scale(b_scale: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
@@ -238,8 +162,10 @@ def prepare_weight_scale(b_scale: torch.Tensor, *, backend: str | None = None) -
 
     Weights are static: pass the result to every ``gemm`` call and no per-call conversion happens.
     """
-    if not isinstance(b_scale, torch.Tensor) or b_scale.dim() != 2 or b_scale.dtype != torch.float32:
-        raise TypeError("b_scale must be a 2-D torch.float32 tensor [ceil(N/128), K/128]")
+    if not isinstance(b_scale, torch.Tensor) or b_scale.dtype != torch.float32:
+        got = b_scale.dtype if isinstance(b_scale, torch.Tensor) else type(b_scale).__name__
+        raise TypeError(f"b_scale must be a torch.float32 tensor [ceil(N/128), K/128], got {got}")
+    check_tensor("b_scale", b_scale)
     chosen = registry.select(b_scale.device, backend).backend
     if chosen is REFERENCE:
         return b_scale

@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import torch
 
-from .ops import _device_guard
-from .protocol import IN_BF16, IN_FP16, IN_FP32, K_MAJOR, ScaleLayout
+from . import runtime
+from .protocol import K_MAJOR, ScaleLayout
 from .reference import BLOCK, FP8_DTYPES
+from .runtime import IN_KINDS, LIBRARY
 
 # The smallest normal fp32: the scale floor. Tiny blocks keep their relative precision down to
 # amax = fp8_max * 2^-126, and an all-zero block gets a finite scale.
 SCALE_FLOOR = torch.finfo(torch.float32).tiny
-_IN_KINDS = {torch.bfloat16: IN_BF16, torch.float16: IN_FP16, torch.float32: IN_FP32}
 
 
 def _check_fp8_dtype(fp8_dtype: torch.dtype) -> float:
     if not isinstance(fp8_dtype, torch.dtype):
         raise TypeError(f"fp8_dtype must be a torch.dtype, got {fp8_dtype!r}")
     if fp8_dtype not in FP8_DTYPES:
-        raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
+        raise TypeError(f"fp8_dtype must be one of {', '.join(map(str, FP8_DTYPES))}, got {fp8_dtype}")
     return torch.finfo(fp8_dtype).max
 
 
@@ -50,8 +50,8 @@ def _reciprocal(scale: torch.Tensor) -> torch.Tensor:
 def _check_source(name: str, x) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in _IN_KINDS:
-        raise TypeError(f"{name} must be a float16/bfloat16/float32 tensor, got {x.dtype}")
+    if x.dtype not in IN_KINDS:
+        raise TypeError(f"{name} must be a bfloat16/float16/float32 tensor, got {x.dtype}")
     if x.dim() == 0 or x.shape[-1] == 0 or x.shape[-1] % BLOCK:
         k = x.shape[-1] if x.dim() else None
         raise ValueError(f"{name}'s last dim (K = {k}) must be a positive multiple of {BLOCK}; pad it with zeros")
@@ -93,28 +93,21 @@ def reference_quantize(x2d: torch.Tensor, fp8_dtype: torch.dtype, pow2: bool) ->
     return q.reshape(m, k), scale
 
 
-def _kernel_input(x2d: torch.Tensor) -> torch.Tensor:
-    """``x2d`` if the kernel can read it in place (unit column stride, 16-byte rows), else a copy."""
-    size = x2d.element_size()
-    if x2d.stride(1) == 1 and (x2d.stride(0) * size) % 16 == 0 and x2d.data_ptr() % 16 == 0:
-        return x2d
-    return x2d.clone(memory_format=torch.contiguous_format)
-
-
 def kernel_quantize(backend, x2d: torch.Tensor, pow2: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """One launch of ``backend.quantize`` on the current stream of ``x2d``'s device (m >= 1)."""
-    x2d = _kernel_input(x2d)
+    """One launch of ``backend.quantize`` on the current device and stream (``x2d``'s device, m >= 1)."""
+    x2d = runtime.kernel_rows(x2d)
     m, k = x2d.shape
     q = torch.empty((m, k), dtype=getattr(torch, backend.fp8_dtype), device=x2d.device)
     scale, ld = empty_scale(m, k // BLOCK, backend.a_scale_layout, x2d.device)
-    stream = torch._C._cuda_getCurrentRawStream(x2d.device.index)
+    stream = runtime.raw_stream(x2d.device.index)
     backend.quantize(x2d.data_ptr(), q.data_ptr(), scale.data_ptr(), m, k, x2d.stride(0), ld,
-                     _IN_KINDS[x2d.dtype], int(pow2), stream)  # fmt: skip
+                     IN_KINDS[x2d.dtype], int(pow2), stream)  # fmt: skip
     return q, scale
 
 
-def _quantize_activation(x, fp8_dtype, pow2_scales: bool, backend: str | None):
-    _check_source("x", x)
+def quantize_rows(x, fp8_dtype, pow2_scales: bool, backend: str | None, name: str = "x"):
+    """The checked ``quantize_activation``: ``x`` [..., K] -> (FP8 [M, K], scales [M, K/128]) on ``x``'s device."""
+    _check_source(name, x)
     chosen, default_dtype, layout = backend_defaults(x.device, backend)
     fp8_dtype = fp8_dtype or default_dtype
     _check_fp8_dtype(fp8_dtype)
@@ -123,7 +116,7 @@ def _quantize_activation(x, fp8_dtype, pow2_scales: bool, backend: str | None):
     if m == 0:
         return torch.empty((0, k), dtype=fp8_dtype, device=x.device), empty_scale(0, k // BLOCK, layout, x.device)[0]
     if chosen is not None and chosen.quantize is not None and getattr(torch, chosen.fp8_dtype) is fp8_dtype:
-        with _device_guard(x.device):
+        with runtime.on_device(x.device):
             return kernel_quantize(chosen, x2d, pow2_scales)
     q, scale = reference_quantize(x2d, fp8_dtype, pow2_scales)
     if layout is not None:
@@ -132,10 +125,10 @@ def _quantize_activation(x, fp8_dtype, pow2_scales: bool, backend: str | None):
     return q, scale
 
 
-@torch.library.custom_op("fp8gemm::quantize_activation", mutates_args=())
+@torch.library.custom_op(f"{LIBRARY}::quantize_activation", mutates_args=())
 def _quantize_op(x: torch.Tensor, fp8_dtype: torch.dtype | None, pow2_scales: bool,
                  backend: str) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    return _quantize_activation(x, fp8_dtype, pow2_scales, backend or None)
+    return quantize_rows(x, fp8_dtype, pow2_scales, backend or None)
 
 
 @_quantize_op.register_fake
@@ -146,6 +139,10 @@ def _(x, fp8_dtype, pow2_scales, backend):
     m = x.numel() // k
     q = x.new_empty((m, k), dtype=fp8_dtype or default_dtype)
     return q, empty_scale(m, k // BLOCK, layout, x.device)[0]
+
+
+runtime.refuse_autograd(_quantize_op, "quantize_activation", ("x",))
+_ops = getattr(torch.ops, LIBRARY)
 
 
 def quantize_activation(
@@ -159,9 +156,10 @@ def quantize_activation(
     layout, so ``gemm`` needs no per-call conversion. On a GPU whose backend has a quantization kernel
     this is one launch, bit-identical to the CPU result.
     """
+    runtime.refuse_grad("quantize_activation", ("x",), (x,))  # traced as a guard under torch.compile
     if torch.compiler.is_compiling():
-        return torch.ops.fp8gemm.quantize_activation(x, fp8_dtype, pow2_scales, backend or "")
-    return _quantize_activation(x, fp8_dtype, pow2_scales, backend)
+        return _ops.quantize_activation(x, fp8_dtype, pow2_scales, backend or "")
+    return quantize_rows(x, fp8_dtype, pow2_scales, backend)
 
 
 def quantize_weight(
@@ -174,6 +172,7 @@ def quantize_weight(
     kernel reads, pass the result through ``prepare_weight_scale`` once.
     """
     _check_source("w", w)
+    runtime.refuse_grad("quantize_weight", ("w",), (w,))
     if w.dim() != 2:
         raise ValueError(f"w must be 2-D [N, K], got shape {tuple(w.shape)}")
     fp8_dtype = fp8_dtype or backend_defaults(w.device, None)[1]

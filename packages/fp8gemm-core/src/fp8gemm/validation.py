@@ -55,52 +55,73 @@ def _is_fake(t: torch.Tensor) -> bool:
     return isinstance(t, torch._subclasses.FakeTensor)
 
 
-def check_inputs(a, b, a_scale, b_scale, out, out_dtype, fp8_dtype: str | None) -> torch.dtype:
-    """Validate everything about one call; returns the output dtype."""
-    for name, t in (("a", a), ("b", b), ("a_scale", a_scale), ("b_scale", b_scale)):
-        check_tensor(name, t)
-    if a.dtype not in FP8_DTYPES:
-        raise TypeError(
-            f"a must be FP8 ({', '.join(map(str, FP8_DTYPES))}), got {a.dtype}; "
-            f"produce it with fp8gemm.quantize_activation(x)"
-        )
-    if b.dtype != a.dtype:
-        raise TypeError(f"b has dtype {b.dtype} but a has {a.dtype}; quantize both to the same FP8 dtype")
-    if fp8_dtype is not None and str(a.dtype) != f"torch.{fp8_dtype}":
-        raise TypeError(
-            f"a and b are {a.dtype}, but this device's backend takes torch.{fp8_dtype}; quantize with "
-            f"fp8gemm.quantize_activation(x, fp8_dtype=torch.{fp8_dtype})"
-        )
-    for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be torch.float32, got {t.dtype}; pass {name}.float()")
-    for name, t in (("b", b), ("a_scale", a_scale), ("b_scale", b_scale)):
-        if t.device != a.device:
-            raise ValueError(f"{name} is on {t.device} but a is on {a.device}; move all inputs to one device")
+GEMM_NAMES = ("a", "b", "a_scale", "b_scale")
 
-    m, k = a.shape
+
+def check_fp8(name: str, t: torch.Tensor, fix: str) -> None:
+    if t.dtype not in FP8_DTYPES:
+        raise TypeError(f"{name} must be FP8 ({', '.join(map(str, FP8_DTYPES))}), got {t.dtype}; {fix}")
+
+
+def check_scale(name: str, t, shape: tuple[int, int], what: str) -> None:
+    check_tensor(name, t)
+    if t.dtype != torch.float32:
+        raise TypeError(f"{name} must be torch.float32, got {t.dtype}; pass {name}.float()")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must be {what} = [{shape[0]}, {shape[1]}], got {tuple(t.shape)}")
+
+
+def check_same_device(reference_name: str, reference: torch.Tensor, **tensors) -> None:
+    for name, t in tensors.items():
+        if t is not None and t.device != reference.device:
+            raise ValueError(
+                f"{name} is on {t.device} but {reference_name} is on {reference.device}; move all inputs to one device"
+            )
+
+
+def check_weight(b, b_scale, k: int, names: tuple[str, str] = ("b", "b_scale")) -> None:
+    """The FP8 weight [N, K] and its block scales [ceil(N/128), K/128], reported under the caller's names."""
+    b_name, scale_name = names
+    check_tensor(b_name, b)
+    check_fp8(b_name, b, "quantize it with fp8gemm.quantize_weight (or use fp8gemm.nn.Fp8Linear)")
     n = b.shape[0]
     if b.shape[1] != k:
         raise ValueError(
-            f"a is [M, K] = {tuple(a.shape)} and b is [N, K] = {tuple(b.shape)}: K differs (b is the nn.Linear weight, [out_features, in_features])"
+            f"{b_name} is [N, K] = {tuple(b.shape)} but the activations have K = {k}: K differs ({b_name} is the "
+            f"nn.Linear weight, [out_features, in_features])"
         )
+    if n == 0 or n % 16:
+        raise ValueError(
+            f"N = {n} ({b_name}.shape[0]) must be a positive multiple of 16; pad the weight's rows with zeros"
+        )
+    check_scale(
+        scale_name, b_scale, (ceil_div(n, BLOCK), k // BLOCK), "[ceil(N/128), K/128] (one scale per 128x128 block)"
+    )
+    _check_rows_layout(b_name, b, k)
+
+
+def check_inputs(a, b, a_scale, b_scale, out, out_dtype, fp8_dtype: str | None, names=GEMM_NAMES) -> torch.dtype:
+    """Validate everything about one GEMM call; returns the output dtype. ``names``: the caller's argument names."""
+    a_name, b_name, a_scale_name, b_scale_name = names
+    check_tensor(a_name, a)
+    check_fp8(a_name, a, "produce it with fp8gemm.quantize_activation(x)")
+    m, k = a.shape
     if k == 0 or k % BLOCK:
         raise ValueError(f"K = {k} must be a positive multiple of {BLOCK} (the scale block); pad K with zeros")
-    if n == 0 or n % 16:
-        raise ValueError(f"N = {n} (b.shape[0]) must be a positive multiple of 16; pad the weight's rows with zeros")
-    kb = k // BLOCK
-    if tuple(a_scale.shape) != (m, kb):
-        raise ValueError(
-            f"a_scale must be [M, K/128] = [{m}, {kb}] (one scale per token per 128 of K), got {tuple(a_scale.shape)}"
+    check_tensor(b_name, b)
+    if b.dtype != a.dtype:
+        raise TypeError(f"{b_name} has dtype {b.dtype} but {a_name} has {a.dtype}; quantize both to the same FP8 dtype")
+    if fp8_dtype is not None and str(a.dtype) != f"torch.{fp8_dtype}":
+        raise TypeError(
+            f"{a_name} and {b_name} are {a.dtype}, but this device's backend takes torch.{fp8_dtype}; quantize with "
+            f"fp8gemm.quantize_activation(x, fp8_dtype=torch.{fp8_dtype})"
         )
-    if tuple(b_scale.shape) != (ceil_div(n, BLOCK), kb):
-        raise ValueError(
-            f"b_scale must be [ceil(N/128), K/128] = [{ceil_div(n, BLOCK)}, {kb}] (one scale per 128x128 "
-            f"block), got {tuple(b_scale.shape)}"
-        )
-    _check_rows_layout("a", a, k)
-    _check_rows_layout("b", b, k)
-    return _check_out(out, out_dtype, a, m, n)
+    check_scale(a_scale_name, a_scale, (m, k // BLOCK), "[M, K/128] (one scale per token per 128 of K)")
+    check_tensor(b_scale_name, b_scale)
+    check_same_device(a_name, a, **{b_name: b, a_scale_name: a_scale, b_scale_name: b_scale})
+    check_weight(b, b_scale, k, (b_name, b_scale_name))
+    _check_rows_layout(a_name, a, k)
+    return _check_out(out, out_dtype, a, m, b.shape[0])
 
 
 def _check_out(out, out_dtype, a, m: int, n: int) -> torch.dtype:
@@ -147,9 +168,11 @@ def layout_ld(scale: torch.Tensor, layout: ScaleLayout) -> int | None:
 
 
 def conform_scale(scale: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, int]:
-    """``scale`` in ``layout`` (no copy when it already is) and its leading dimension."""
+    """``scale`` in ``layout`` with a 16-byte aligned start (no copy when it already is), and its leading dimension.
+
+    A slice of a scale tensor (the rows of one expert, one token) may start anywhere: it is copied, not refused."""
     ld = layout_ld(scale, layout)
-    if ld is not None:
+    if ld is not None and (_is_fake(scale) or scale.device.type == "meta" or scale.data_ptr() % ALIGN_BYTES == 0):
         return scale, ld
     rows, cols = scale.shape
     if layout.order == K_MAJOR:
