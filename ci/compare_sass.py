@@ -2,7 +2,8 @@
 
 python3 ci/compare_sass.py [--base REF] [--head REF] [--new NAME ...] [--keep DIR] [TARGET ...]
 
-TARGET: sm90a, sm120 (its shipped sm_120 build), sm120-sm90 (its Hopper test build), gfx942; default all.
+TARGET: an arch package's backend name (its shipped build) or <backend>-<test target> for its test build, as
+packages/*/arch.toml states them (sm90a, sm120, sm120-sm90, gfx942); default all.
 Each TARGET's package is built twice with its own CMakeLists.txt (pip wheel, the flags it ships with): from
 git REF (default main) and from the working tree, each against its own fp8gemm-core. Each kernel's SASS (cuobjdump -sass: every instruction
 with its encoding) and resource usage (cuobjdump -res-usage), or AMDGPU ISA (llvm-objdump-19), is then
@@ -27,14 +28,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "ci"))
+import arches  # noqa: E402
 from isa import build_wheel, require_tool  # noqa: E402
 
-TARGETS = {  # name: (package, build environment, disassembler)
-    "sm90a": ("fp8gemm-cuda-sm90a", {}, "sass"),
-    "sm120": ("fp8gemm-cuda-sm120", {"FP8GEMM_CUDA_ARCH": "120"}, "sass"),
-    "sm120-sm90": ("fp8gemm-cuda-sm120", {"FP8GEMM_CUDA_ARCH": "90"}, "sass"),
-    "gfx942": ("fp8gemm-rocm-gfx942", {"FP8GEMM_HIP_COMPILER": "clang++-19", "FP8GEMM_HEADER_LIGHT": "ON"}, "amdgpu"),
-}
+
+def _targets() -> dict[str, tuple[str, dict, str]]:
+    """name: (package, build environment, disassembler), from the arch manifest."""
+    out = {}
+    for a in arches.arches():
+        tool = "sass" if a.platform == "cuda" else "amdgpu"
+        out[a.backend] = (a.package, a.build_env, tool)
+        if a.test_build:
+            out[f"{a.backend}-{a.test_build['target'].replace('_', '')}"] = (a.package, a.test_build["env"], tool)
+    return out
+
+
+TARGETS = _targets()
 _ADDRESS = re.compile(r"/\*[0-9a-f]{4}\*/")
 _ISA_ADDRESS = re.compile(r"// [0-9A-F]+:")  # llvm-objdump's "// 00000000ADDR: ENCODING" comment
 _SYMBOL = re.compile(r"<[^<>+\s]+(\+0x[0-9a-f]+)?>")  # a branch target as <function+offset>
@@ -57,8 +67,8 @@ def sass_kernels(module: Path) -> dict[str, str]:
     return kernels
 
 
-def amdgpu_kernels(elfs: list[Path]) -> dict[str, str]:
-    """Each function's AMDGPU ISA (llvm-objdump-19 -d --mcpu=gfx942) in the device code objects, encodings kept.
+def amdgpu_kernels(elfs: list[Path], mcpu: str) -> dict[str, str]:
+    """Each function's AMDGPU ISA (llvm-objdump-19 -d --mcpu=<target>) in the device code objects, encodings kept.
 
     Absolute addresses and the function names in branch targets are dropped: a longer symbol table or a renamed
     kernel moves every function's address without changing its code.
@@ -66,7 +76,7 @@ def amdgpu_kernels(elfs: list[Path]) -> dict[str, str]:
     objdump = require_tool("llvm-objdump-19")
     kernels = {}
     for elf in elfs:
-        asm = subprocess.run([objdump, "-d", "--mcpu=gfx942", str(elf)], capture_output=True, text=True, check=True)
+        asm = subprocess.run([objdump, "-d", f"--mcpu={mcpu}", str(elf)], capture_output=True, text=True, check=True)
         parts = re.split(r"^[0-9a-f]+ <(\S+)>:\s*$", asm.stdout, flags=re.M)
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             lines = [_SYMBOL.sub(r"<\1>", _ISA_ADDRESS.sub("//", " ".join(line.split()))) for line in body.splitlines()]
@@ -78,6 +88,7 @@ def amdgpu_kernels(elfs: list[Path]) -> dict[str, str]:
 
 def build_kernels(tree: Path, target: str, work: Path) -> dict[str, str]:
     package, env, kind = TARGETS[target]
+    mcpu = arches.by_package()[package].target
     core = tree / "packages" / "fp8gemm-core" / "src"  # the tree's own headers and CMake function
     env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(core), os.environ.get("PYTHONPATH")]))}
     (work / "wheel").mkdir(parents=True)
@@ -85,7 +96,7 @@ def build_kernels(tree: Path, target: str, work: Path) -> dict[str, str]:
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(work / "site")
     if kind == "amdgpu":
-        return amdgpu_kernels(sorted((work / "site").glob("*/isa/*gfx942.elf")))
+        return amdgpu_kernels(sorted((work / "site").glob(f"*/isa/*{mcpu}.elf")), mcpu)
     return sass_kernels(next((work / "site").glob("*/_C*.so")))
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 from isa import (
+    ROOT,
     build_wheel,
     exported_symbols,
     extract_module,
@@ -19,24 +21,21 @@ from isa import (
     sass_opcodes_by_function,
 )
 
-PACKAGES = {
-    # package: (cubin target, {SASS opcode prefix: minimum count}, kernels in the module)
-    "fp8gemm-cuda-sm120": ("sm_120", {"QMMA.16832.F32.E4M3.E4M3": 64, "LDSM": 1, "LDGSTS": 1}, 3 + 3),  # GEMM, reduction; quantization from bf16/fp16/fp32
-    "fp8gemm-cuda-sm90a": (
-        "sm_90a",
-        {"QGMMA.64x192x32.F32.E4M3.E4M3": 8, "QGMMA.64x160x32.F32.E4M3.E4M3": 16, "QGMMA.64x128x32.F32.E4M3.E4M3": 16,
-         "QGMMA.64x96x32.F32.E4M3.E4M3": 32, "QGMMA.64x16x32.F32.E4M3.E4M3": 4, "UTMALDG.2D": 3,
-         "UTMALDG.2D.MULTICAST": 1, "UTMASTG.2D": 1, "SYNCS.PHASECHK": 1, "USETMAXREG": 2, "WARPGROUP.ARRIVE": 1},
-        18 + 3,  # the 17 tile configurations of tile_config.hpp kTiles, the split-K reduction; quantization x3
-    ),
-}  # fmt: skip
+sys.path.insert(0, str(ROOT / "ci"))
+import arches  # noqa: E402
+
+# package: (cubin target, {SASS opcode prefix: minimum count}, kernels in the module), from packages/*/arch.toml.
+PACKAGES = {a.package: (a.target, a.isa["opcodes"], a.isa["kernels"]) for a in arches.arches() if a.platform == "cuda"}
+BUILD_ENV = {a.package: a.build_env for a in arches.arches()}
 
 
 @pytest.fixture(scope="module", params=sorted(PACKAGES))
 def built(request, tmp_path_factory):
     require_tool("nvcc")
     tmp = tmp_path_factory.mktemp(request.param)
-    return request.param, extract_module(build_wheel(request.param, tmp / "wheel"), tmp / "unpacked")
+    return request.param, extract_module(
+        build_wheel(request.param, tmp / "wheel", BUILD_ENV[request.param]), tmp / "unpacked"
+    )
 
 
 ONE_SET = 1  # tile_config.hpp MainLoop::kOneSet

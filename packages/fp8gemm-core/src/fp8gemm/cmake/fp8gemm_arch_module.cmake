@@ -8,7 +8,40 @@
 # static library with cudart linked statically (the module needs only the driver at run time); every symbol
 # but PyInit__C hidden, so two builds of one package load into one process (tests/test_build_*.py); the
 # core's include folder (FP8GEMM_INCLUDE) on every include path; build_info's macros (fp8gemm/build_info.hpp).
+#   fp8gemm_enable_cuda(<package> <minimum nvcc version>)      before fp8gemm_arch_module in a CUDA package
+#   fp8gemm_require_hip_compiler(<package> <compiler>)        before the HIP compile commands of a ROCm package
+#
+# stop the build at once, naming what to install, when the GPU compiler is missing or too old.
 include_guard(GLOBAL)
+
+set(FP8GEMM_PYPI_NVCC "nvidia-cuda-nvcc nvidia-cuda-crt nvidia-nvvm nvidia-cuda-runtime nvidia-cuda-cccl")
+
+# A macro: enable_language must run in the CMakeLists' own scope.
+macro(fp8gemm_enable_cuda package minimum)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    message(FATAL_ERROR
+      "${package} is compiled by nvcc >= ${minimum} (CUDA ${minimum} or newer), and none was found on PATH or in "
+      "$CUDACXX. Install the CUDA toolkit (conda: cuda-nvcc, cuda-cudart-dev, cuda-cudart-static), or nvcc from "
+      "PyPI: pip install ${FP8GEMM_PYPI_NVCC} (one release, e.g. 13.0.x), then put nvcc on PATH "
+      "(docs/install.md, \"pip, from a checkout\").")
+  endif()
+  enable_language(CUDA)
+  if(CMAKE_CUDA_COMPILER_VERSION VERSION_LESS ${minimum})
+    message(FATAL_ERROR "${package} needs nvcc >= ${minimum}; ${CMAKE_CUDA_COMPILER} is ${CMAKE_CUDA_COMPILER_VERSION}.")
+  endif()
+endmacro()
+
+function(fp8gemm_require_hip_compiler package compiler)
+  find_program(_fp8gemm_hip_compiler NAMES ${compiler} NO_CACHE)
+  if(NOT _fp8gemm_hip_compiler)
+    message(FATAL_ERROR
+      "${package} is compiled by ROCm 6.3's hipcc, or by LLVM's clang++ 19 or newer with "
+      "FP8GEMM_HIP_COMPILER=clang++-19 FP8GEMM_HEADER_LIGHT=ON; '${compiler}' was not found on PATH. Install ROCm "
+      "6.3 (conda: hipcc, hip-devel, rocm-device-libs) or clang-19 and libamdhip64 (docs/install.md).")
+  endif()
+endfunction()
 set(CMAKE_CXX_STANDARD 17)
 set(CMAKE_CUDA_STANDARD 17)
 find_package(Python REQUIRED COMPONENTS Interpreter Development.Module)
