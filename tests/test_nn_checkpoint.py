@@ -171,3 +171,22 @@ def test_strict_loading_names_missing_and_unexpected_keys(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"no \*.safetensors file"):
         load_fp8_checkpoint(model, tmp_path / "empty")
+
+
+@pytest.mark.parametrize("skeleton_on_meta", [True, False], ids=["meta-skeleton", "materialised"])
+def test_a_bf16_checkpoint_is_quantized_on_load_into_a_converted_model(tmp_path, skeleton_on_meta):
+    torch.manual_seed(10)
+    source = _model().to(torch.bfloat16)
+    save_file(source.state_dict(), tmp_path / "model.safetensors")  # plain bf16 weights, no weight_scale_inv
+    with torch.device("meta" if skeleton_on_meta else "cpu"):
+        target = _model().to(torch.bfloat16)
+    convert(target)
+    result = load_fp8_checkpoint(target, tmp_path / "model.safetensors")  # strict: nothing may be reported missing
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    convert(source)  # quantizes the same bf16 weights with fp8gemm.quantize_weight, as loading must
+    for i in (0, 2):
+        assert torch.equal(target[i].weight.view(torch.uint8), source[i].weight.view(torch.uint8))
+        assert torch.equal(target[i].weight_scale_inv, source[i].weight_scale_inv)
+    x = torch.randn(5, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(target(x), source(x))

@@ -1,7 +1,9 @@
 """The conformance suite every backend must pass: ``fp8gemm check`` and ``tests/`` both run it.
 
-Numbers: relative Frobenius error against a float64 oracle (the contract's per-block sum), fresh
-random data each run, outputs poisoned with NaN first so an unwritten element fails.
+Numbers: relative Frobenius error against a float64 oracle (the contract's per-block sum), random data
+from a seed each case derives from the suite's seed and its own name (printed with every failure, so any
+run repeats), outputs poisoned with NaN first so an unwritten element fails. Views of larger buffers are
+surrounded by NaN, so a kernel that reads past a view fails too.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import zlib
 from collections.abc import Callable
 
 import torch
@@ -17,6 +20,8 @@ from .ops import gemm
 from .reference import BLOCK, oracle
 
 TOLERANCE = {torch.bfloat16: 4e-3, torch.float32: 5e-4}
+DEFAULT_SEED = 20251126  # the suite's data and random shapes; fp8gemm check --seed picks another
+VIEWS = ("", "rows", "one-row", "columns")  # how the operands are carved from larger buffers (see make_inputs)
 
 # (M, N, K): tails of M and N, K/128 odd and not a multiple of 4 (cuBLASLt's failing K = 2304).
 FIXED_SHAPES = [
@@ -39,12 +44,19 @@ class Case:
     col_major_scales: bool = False  # a_scale and b_scale passed column-major
     strided: bool = False  # a, b and out are row slices of wider buffers (ld > row length)
     preallocated_out: bool = True  # out= path (else the functional path)
+    view: str = ""  # one of VIEWS: the operands are slices of larger buffers
 
     @property
     def id(self) -> str:
         flags = [str(self.out_dtype).removeprefix("torch."), "colscale" if self.col_major_scales else "rowscale"]
         flags += ["strided"] * self.strided + ["functional"] * (not self.preallocated_out)
+        flags += [f"view-{self.view}"] * bool(self.view)
         return f"{self.m}x{self.n}x{self.k}-" + "-".join(flags)
+
+
+def case_seed(case: Case, seed: int | None = None) -> int:
+    """The data seed of ``case`` within a suite run from ``seed`` (default :data:`DEFAULT_SEED`)."""
+    return ((DEFAULT_SEED if seed is None else seed) * 1_000_003 + zlib.crc32(case.id.encode())) % 2**63
 
 
 def _variant(i: int, m: int, n: int, k: int) -> Case:
@@ -61,13 +73,24 @@ def random_shapes(count: int, rng: random.Random, max_flops: float) -> list[tupl
     return shapes
 
 
+# Slices a caller makes: an odd row offset (one expert's tokens), one row (one token of a batch), sub-tensors at a
+# column offset; the scales' starts then fall anywhere, not on 16 bytes.
+VIEW_CASES = [
+    Case(1, 2112, 7168, view="one-row"), Case(1, 16, 128, col_major_scales=True, view="one-row"),
+    Case(7, 48, 256, view="rows"), Case(64, 2112, 2304, col_major_scales=True, view="rows"),
+    Case(129, 1040, 640, view="columns"), Case(300, 528, 2304, torch.float32, col_major_scales=True, view="columns"),
+    Case(2, 256, 1152, col_major_scales=True, preallocated_out=False, view="one-row"),
+]  # fmt: skip
+
+
 def cases(device: torch.device | str, n_random: int = 6, seed: int | None = None) -> list[Case]:
-    """Fixed edge shapes, plus GPU-sized ones on a GPU, plus ``n_random`` fresh random shapes."""
+    """Fixed edge shapes, plus GPU-sized ones on a GPU, views of larger buffers, plus ``n_random`` random shapes
+    drawn from ``seed`` (default :data:`DEFAULT_SEED`)."""
     on_gpu = torch.device(device).type != "cpu"
-    rng = random.Random(seed)
+    rng = random.Random(DEFAULT_SEED if seed is None else seed)
     shapes = FIXED_SHAPES + (GPU_SHAPES if on_gpu else [])
     shapes += random_shapes(n_random, rng, 2e12 if on_gpu else 4e9)
-    return [_variant(i, *s) for i, s in enumerate(shapes)] + [Case(0, 256, 512)]
+    return [_variant(i, *s) for i, s in enumerate(shapes)] + VIEW_CASES + [Case(0, 256, 512)]
 
 
 def random_fp8(rows: int, cols: int, fp8_dtype: torch.dtype, device, gen: torch.Generator) -> torch.Tensor:
@@ -87,6 +110,32 @@ def _rows_with_stride(t: torch.Tensor, extra: int) -> torch.Tensor:
     return wide[:, : t.shape[1]]
 
 
+def carve(t: torch.Tensor, row_offset: int, col_offset: int, col_major: bool = False) -> torch.Tensor:
+    """``t`` copied into a NaN-filled buffer with room around it, returned as the view at (row_offset, col_offset).
+    FP8 operands keep rows of whole 16 bytes (the contract's); scales get odd strides and starts."""
+    pad = 16 if t.element_size() == 1 else 5
+    rows, cols = row_offset + t.shape[0] + 3, col_offset + t.shape[1] + pad
+    nan = torch.full((cols, rows) if col_major else (rows, cols), math.nan, device=t.device).to(t.dtype)
+    big = nan.t() if col_major else nan
+    view = big[row_offset : row_offset + t.shape[0], col_offset : col_offset + t.shape[1]]
+    view.copy_(t)
+    return view
+
+
+def _as_view(case: Case, a, b, a_scale, b_scale):
+    """The operands as ``case.view`` slices of larger buffers; b's rows move by whole 128-row blocks."""
+    col_major = case.col_major_scales
+    if case.view in ("rows", "one-row"):
+        offset = 5 if case.view == "rows" else 3
+        return (
+            carve(a, offset, 0),
+            carve(b, BLOCK, 0),
+            carve(a_scale, offset, 0, col_major),
+            carve(b_scale, 1, 0, col_major),
+        )
+    return carve(a, 1, BLOCK), carve(b, 0, 2 * BLOCK), carve(a_scale, 1, 1, col_major), carve(b_scale, 0, 3, col_major)
+
+
 def make_inputs(case: Case, fp8_dtype: torch.dtype, device, gen: torch.Generator):
     m, n, k = case.m, case.n, case.k
     a, b = random_fp8(m, k, fp8_dtype, device, gen), random_fp8(n, k, fp8_dtype, device, gen)
@@ -96,6 +145,8 @@ def make_inputs(case: Case, fp8_dtype: torch.dtype, device, gen: torch.Generator
         a_scale, b_scale = a_scale.t().contiguous().t(), b_scale.t().contiguous().t()
     if case.strided:
         a, b = _rows_with_stride(a, BLOCK), _rows_with_stride(b, 2 * BLOCK)
+    if case.view:
+        a, b, a_scale, b_scale = _as_view(case, a, b, a_scale, b_scale)
     return a, b, a_scale, b_scale
 
 
@@ -117,8 +168,15 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 def run_case(
     case: Case, device, fp8_dtype: torch.dtype, backend: str | None = None, seed: int | None = None
 ) -> CaseResult:
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed if seed is not None else random.getrandbits(63))
+    """``case`` on ``backend``, its data drawn from :func:`case_seed` of ``seed``."""
+    data_seed = case_seed(case, seed)
+    result = _run_case(case, device, fp8_dtype, backend, torch.Generator(device=device).manual_seed(data_seed))
+    if not result.passed:
+        result.detail = f"{result.detail} (data seed {data_seed})".lstrip()
+    return result
+
+
+def _run_case(case: Case, device, fp8_dtype: torch.dtype, backend: str | None, gen: torch.Generator) -> CaseResult:
     a, b, a_scale, b_scale = make_inputs(case, fp8_dtype, device, gen)
     try:
         if case.preallocated_out:
@@ -227,8 +285,7 @@ def _bad_shape(device, fp8, gen, m, n, k):
 
 
 def run_bad_input(bad: BadInput, device, fp8_dtype: torch.dtype, backend: str | None = None) -> tuple[bool, str]:
-    gen = torch.Generator(device=device)
-    gen.manual_seed(random.getrandbits(63))
+    gen = torch.Generator(device=device).manual_seed(DEFAULT_SEED)
     args, kwargs = bad.build(device, fp8_dtype, gen)
     kwargs.setdefault("backend", backend)
     try:

@@ -4,13 +4,14 @@ See docs/layer.md. ``Fp8Linear`` is inference only; its ``forward`` is one ``fp8
 """
 
 from .checkpoint import checkpoint_files, load_fp8_checkpoint
-from .convert import DEFAULT_SKIP, ConversionReport, convert
+from .convert import DEFAULT_SKIP, ConversionReport, ReferenceOnCpuWarning, convert
 from .layer import Fp8Linear, to_fp8_dtype
 
 __all__ = [
     "DEFAULT_SKIP",
     "ConversionReport",
     "Fp8Linear",
+    "ReferenceOnCpuWarning",
     "checkpoint_files",
     "convert",
     "load_fp8_checkpoint",

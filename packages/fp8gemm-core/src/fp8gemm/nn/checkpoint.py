@@ -67,6 +67,23 @@ def _dequantize_for_plain_layers(model: nn.Module, batch: dict[str, torch.Tensor
         batch[weight_key] = _dequantized(weight, batch.pop(scale_key), dtype or torch.bfloat16)
 
 
+def _scales_made_on_load(model: nn.Module, batch: dict[str, torch.Tensor]) -> set[str]:
+    """The ``weight_scale_inv`` keys of converted layers whose checkpoint weight is floating point: ``Fp8Linear``
+    quantizes such a weight on load (as ``load_state_dict`` does), so its scale is not missing."""
+    made = set()
+    for key, tensor in batch.items():
+        if not key.endswith(".weight") or tensor.dtype in FP8_DTYPES or not tensor.dtype.is_floating_point:
+            continue
+        owner = key[: -len(".weight")]
+        try:
+            module = model.get_submodule(owner)
+        except AttributeError:
+            continue
+        if isinstance(module, Fp8Linear) and owner + _SCALE_SUFFIX not in batch:
+            made.add(owner + _SCALE_SUFFIX)
+    return made
+
+
 def _has_meta_tensors(model: nn.Module) -> bool:
     return any(t.is_meta for t in (*model.parameters(), *model.buffers()))
 
@@ -82,7 +99,8 @@ def load_fp8_checkpoint(
 
     Each module's tensors are loaded together, shard by shard, through ``model.load_state_dict``,
     so ``Fp8Linear`` does the format work: e4m3fn -> the layer's FP8 dtype, scale layout for its
-    device. FP8 weights of layers that stayed ``nn.Linear`` are dequantized into them. A model with
+    device. FP8 weights of layers that stayed ``nn.Linear`` are dequantized into them; a bf16/fp16/fp32 weight of
+    a converted layer is quantized on load (``fp8gemm.quantize_weight``), as ``load_state_dict`` does. A model with
     meta tensors (a skeleton built under ``torch.device("meta")``) is filled by assignment, on
     ``device`` (default CPU); otherwise tensors are copied into the existing ones.
     Returns ``(missing_keys, unexpected_keys)`` like ``load_state_dict``; ``strict`` raises if any.
@@ -112,6 +130,7 @@ def load_fp8_checkpoint(
                 if len(group) == siblings[_owner(key)]:  # a module whose tensors span shards waits for all
                     ready.update(pending.pop(_owner(key)))
         seen.update(ready)
+        seen.update(_scales_made_on_load(model, ready))
         _dequantize_for_plain_layers(model, ready)
         unexpected += model.load_state_dict(ready, strict=False, assign=assign).unexpected_keys
     missing = sorted(expected - seen)

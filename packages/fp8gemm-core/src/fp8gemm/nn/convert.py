@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -16,6 +17,10 @@ SkipRule = Iterable[str] | Callable[[str, nn.Module], bool]
 # output-embedding module), as vLLM and the FP8 checkpoints themselves do: logits are the most
 # sensitive product, and with a large vocabulary lm_head is one layer among hundreds.
 DEFAULT_SKIP = ("lm_head",)
+
+
+class ReferenceOnCpuWarning(UserWarning):
+    """Converted layers on CPU run fp8gemm's pure-torch reference: right numbers, far slower than bf16."""
 
 
 class ConversionReport(NamedTuple):
@@ -111,4 +116,12 @@ def convert(
                 done[id(child)] = Fp8Linear.from_linear(child, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)
             setattr(parent, child_name, done[id(child)])
             report.converted.append(name)
+    if any(layer.weight.device.type == "cpu" for layer in done.values()):
+        warnings.warn(
+            "fp8gemm.nn.convert: the converted layers are on CPU, where fp8gemm runs its pure-torch reference, which "
+            "is for checking numbers and is tens of times slower than the bf16 layers; move the model to a GPU with "
+            "its fp8gemm package installed for speed",
+            ReferenceOnCpuWarning,
+            stacklevel=2,
+        )
     return report

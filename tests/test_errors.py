@@ -1,0 +1,100 @@
+"""Every bad input to the public API, and the words its error must contain: the caller's own argument name and the
+fix. One exception type per kind of mistake, across ops: TypeError for a wrong type or dtype, ValueError for a
+wrong shape, layout, value or device, RuntimeError for what the installation cannot run (conformance.BAD_INPUTS
+holds gemm's own table, run on every backend)."""
+
+from __future__ import annotations
+
+import fp8gemm
+import pytest
+import torch
+from conftest import device_under_test
+from fp8gemm.nn import Fp8Linear
+
+SEED = 45
+DEVICE = device_under_test()
+
+
+def _good():
+    gen = torch.Generator().manual_seed(SEED)
+    x = torch.randn(4, 256, generator=gen).bfloat16().to(DEVICE)
+    q, scale = fp8gemm.quantize_weight((torch.randn(128, 256, generator=gen) / 16).to(DEVICE))
+    bias = torch.randn(128, generator=gen).bfloat16().to(DEVICE)
+    return x, q, fp8gemm.prepare_weight_scale(scale), bias
+
+
+def _linear(**change):
+    def call():
+        x, weight, weight_scale, bias = _good()
+        args = {"x": x, "weight": weight, "weight_scale": weight_scale, "bias": bias}
+        args.update({key: make(args[key]) for key, make in change.items()})
+        return fp8gemm.linear(**args)
+
+    return call
+
+
+def _gemm(**change):
+    def call():
+        x, b, b_scale, _ = _good()
+        a, a_scale = fp8gemm.quantize_activation(x)
+        args = {"a": a, "b": b, "a_scale": a_scale, "b_scale": b_scale}
+        args.update({key: make(args[key]) for key, make in change.items()})
+        return fp8gemm.gemm(**args)
+
+    return call
+
+
+def _other_device(t):
+    return t.to("meta") if t.device.type != "meta" else t
+
+
+BAD = [
+    # linear: each argument under its own name
+    ("linear-x-list", _linear(x=lambda t: t.tolist()), TypeError, ["x must be a torch.Tensor"]),
+    ("linear-x-int", _linear(x=lambda t: t.int()), TypeError, ["x must be a bfloat16/float16/float32"]),
+    ("linear-x-k", _linear(x=lambda t: t[:, :128]), ValueError, ["x's last dim must equal weight's in_features"]),
+    ("linear-x-0d", _linear(x=lambda t: t[0, 0]), ValueError, ["x's last dim"]),
+    ("linear-weight-bf16", _linear(weight=lambda t: t.bfloat16()), TypeError, ["weight must be FP8", "quantize_weight"]),
+    ("linear-weight-3d", _linear(weight=lambda t: t[None]), ValueError, ["weight must be 2-D"]),
+    ("linear-weight-none", _linear(weight=lambda t: None), TypeError, ["weight must be a torch.Tensor"]),
+    ("linear-weight-n40", _linear(weight=lambda t: t[:40]), ValueError, ["N = 40 (weight.shape[0])", "multiple of 16"]),
+    ("linear-weight_scale-shape", _linear(weight_scale=lambda t: t[:, :1]), ValueError, ["weight_scale must be [ceil(N/128), K/128]"]),
+    ("linear-weight_scale-bf16", _linear(weight_scale=lambda t: t.bfloat16()), TypeError, ["weight_scale must be torch.float32", "weight_scale.float()"]),
+    ("linear-weight_scale-none", _linear(weight_scale=lambda t: None), TypeError, ["weight_scale must be a torch.Tensor"]),
+    ("linear-weight_scale-device", _linear(weight_scale=_other_device), ValueError, ["weight_scale is on meta", "move all inputs"]),
+    ("linear-bias-shape", _linear(bias=lambda t: t[:64]), ValueError, ["bias must be [N] = [128]"]),
+    ("linear-bias-int", _linear(bias=lambda t: t.int()), TypeError, ["bias must be a floating-point tensor"]),
+    ("linear-bias-list", _linear(bias=lambda t: t.tolist()), TypeError, ["bias must be a floating-point tensor"]),
+    # Fp8Linear: its constructor's arguments, then forward's x
+    ("Fp8Linear-in_features", lambda: Fp8Linear(200, 128), ValueError, ["in_features (K = 200)", "nn.Linear"]),
+    ("Fp8Linear-out_features", lambda: Fp8Linear(256, 40), ValueError, ["out_features (N = 40)"]),
+    ("Fp8Linear-dtype", lambda: Fp8Linear(256, 128, dtype=torch.int32), TypeError, ["dtype (the bias dtype)"]),
+    ("Fp8Linear-fp8_dtype", lambda: Fp8Linear(256, 128, fp8_dtype=torch.bfloat16), TypeError, ["fp8_dtype must be one of"]),
+    ("Fp8Linear-x-k", lambda: Fp8Linear(256, 128, device=DEVICE)(torch.randn(4, 512, device=DEVICE)), ValueError, ["x's last dim"]),
+    ("Fp8Linear-x-int", lambda: Fp8Linear(256, 128, device=DEVICE)(torch.ones(4, 256, dtype=torch.int32, device=DEVICE)), TypeError, ["x must be a bfloat16"]),
+    # quantizers
+    ("quantize_activation-x-list", lambda: fp8gemm.quantize_activation([[1.0]]), TypeError, ["x must be a torch.Tensor"]),
+    ("quantize_activation-x-k", lambda: fp8gemm.quantize_activation(torch.randn(4, 200)), ValueError, ["x's last dim (K = 200)", "pad it with zeros"]),
+    ("quantize_activation-fp8_dtype", lambda: fp8gemm.quantize_activation(torch.randn(4, 128), fp8_dtype=torch.float16), TypeError, ["fp8_dtype must be one of"]),
+    ("quantize_weight-w-3d", lambda: fp8gemm.quantize_weight(torch.randn(2, 4, 128)), ValueError, ["w must be 2-D"]),
+    ("quantize_weight-w-int", lambda: fp8gemm.quantize_weight(torch.ones(4, 128, dtype=torch.int32)), TypeError, ["w must be a bfloat16/float16/float32"]),
+    ("prepare_weight_scale-3d", lambda: fp8gemm.prepare_weight_scale(torch.ones(1, 1, 2)), ValueError, ["b_scale must be 2-D"]),
+    ("prepare_weight_scale-bf16", lambda: fp8gemm.prepare_weight_scale(torch.ones(1, 2, dtype=torch.bfloat16)), TypeError, ["b_scale must be a torch.float32"]),
+    # gemm under its own names (its full table: conformance.BAD_INPUTS)
+    ("gemm-b-bf16", _gemm(b=lambda t: t.bfloat16()), TypeError, ["b has dtype torch.bfloat16 but a has"]),
+    ("gemm-b_scale-shape", _gemm(b_scale=lambda t: t[:, :1]), ValueError, ["b_scale must be [ceil(N/128), K/128]"]),
+    ("gemm-backend", _gemm(), None, []),  # the good call runs: the table's inputs differ from it in one thing only
+    ("backend-unknown", lambda: fp8gemm.linear(*_good(), backend="no-such"), RuntimeError, ["'no-such' is not installed"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call, error, words", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_input_names_the_argument_and_the_fix(call, error, words):
+    if error is None:
+        with torch.no_grad():
+            call()
+        return
+    with torch.no_grad(), pytest.raises(error) as raised:
+        call()
+    for word in words:
+        assert word in str(raised.value), f"{word!r} not in: {raised.value}"
