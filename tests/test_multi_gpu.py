@@ -142,7 +142,7 @@ def test_a_model_split_over_two_gpus_as_device_map_does():
     with torch.no_grad():
         want = whole(x.to("cuda:0")).cpu()
         h = x.to("cuda:0")
-        for i, module in enumerate(split):
+        for module in split:  # each module's input moved to its device, as accelerate's hooks do
             h = module(h.to(next(iter(module.buffers()), h).device))
         got = h.cpu()
     assert torch.equal(got, want)
