@@ -88,7 +88,7 @@ def test_cli_check_passes_on_reference(capsys):
 
 def test_cli_rejects_a_backend_that_is_not_installed(capsys):
     assert main(["check", "--device", "cpu", "--backend", "nope"]) == 2
-    assert "is not installed" in capsys.readouterr().out
+    assert "--backend='nope' is not an installed backend" in capsys.readouterr().err
 
 
 def test_python_dash_m_entry():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from fp8gemm import accuracy, bench, cli
+from fp8gemm import accuracy, bench, cli_bench
 from fp8gemm.cli import main
 
 BLOCK_SCALED, PER_TENSOR, PER_ROW, BF16 = accuracy.RECIPES
@@ -16,9 +16,10 @@ def test_bench_without_a_gpu_shows_the_recipes_accuracy_not_a_speedup(tmp_path, 
     js, png = tmp_path / "a.json", tmp_path / "a.png"
     assert main(["bench", "--device", "cpu", "--shapes", "64,256,1024", "--json", str(js), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "No GPU backend runs here" in out and "speedup" not in out and BLOCK_SCALED in out
+    assert "Nothing to time on CPU" in out and "speedup" not in out and BLOCK_SCALED in out
     report = json.loads(js.read_text())
     assert report["environment"]["backend"] == "reference" and report["data"] == accuracy.DATA
+    assert report["environment"]["seed"] == bench.DEFAULT_SEED and f"data seed {bench.DEFAULT_SEED}" in out
     err = {(r["data"], r["recipe"]): (r["median_rel_err"], r["worst_rel_err"]) for r in report["accuracy"]}
     assert len(err) == len(accuracy.DATA) * len(accuracy.RECIPES) and all(0 < e < 2 for v in err.values() for e in v)
     # e4m3's 3 mantissa bits: ~4% per token for every FP8 recipe; bf16's 8 bits about 10x less.
@@ -110,7 +111,7 @@ def test_timing_report_table_json_and_plot(tmp_path, capsys):
     js, png = tmp_path / "r.json", tmp_path / "r.png"
     bench.save_json(report, js)
     bench.plot(report, png)
-    cli._print_bench_table(report)
+    cli_bench.print_bench_table(report)
     assert json.loads(js.read_text())["geomean_speedup_of_ours"] == {"peer": pytest.approx(2.0)}
     assert png.read_bytes()[:4] == b"\x89PNG"
     out = capsys.readouterr().out
@@ -174,7 +175,7 @@ def _fake_layer_bench(monkeypatch, device_name="GPU A"):
 
     timed = []
 
-    def time_shape(m, n, k, paths, device):
+    def time_shape(m, n, k, paths, device, seed):
         timed.append((m, n, k))
         us = {BF16: 2.0 * m, OURS: 1.0 * m, GEMM_ALONE: 0.8 * m, layer_bench.FLOOR_X: 0.4 * m}
         return {"m": m, "n": n, "k": k, "us": us, "errors": {}}
@@ -182,10 +183,10 @@ def _fake_layer_bench(monkeypatch, device_name="GPU A"):
     env = {"host": "h", "device": device_name, "driver": "1", "torch": "t", "fp8gemm": "v", "backend_build": {}}
     monkeypatch.setattr(layer_bench, "layer_paths", lambda device: {BF16: None, OURS: None})
     monkeypatch.setattr(layer_bench, "time_shape", time_shape)
-    monkeypatch.setattr(layer_bench, "environment", lambda device, backend: dict(env))
+    monkeypatch.setattr(layer_bench, "environment", lambda device, backend, seed: dict(env, seed=seed))
     monkeypatch.setattr(layer_bench, "_peer_versions", lambda: {})
-    monkeypatch.setattr(layer_bench, "eager_wall", lambda device: {"us_per_call": {"linear": 1.0, "gemm": 1.0}})
-    monkeypatch.setattr(layer_bench, "quantize_bandwidth", lambda device, shapes: [])
+    monkeypatch.setattr(layer_bench, "eager_wall", lambda device, seed: {"us_per_call": {"linear": 1.0, "gemm": 1.0}})
+    monkeypatch.setattr(layer_bench, "quantize_bandwidth", lambda device, shapes, seed: [])
     return layer_bench, timed
 
 
@@ -217,3 +218,21 @@ def test_resuming_on_another_gpu_is_refused(monkeypatch):
     earlier = {"environment": {"host": "h", "device": "GPU A", "driver": "1", "torch": "t"}, "rows": []}
     with pytest.raises(ValueError, match="device is 'GPU A'.*start a new report"):
         layer_bench.run("cpu", [(1, 256, 512)], progress=lambda text: None, earlier=earlier)
+
+
+def test_resuming_with_another_seed_is_refused(monkeypatch):
+    """Rows timed on other data would mix two runs in one report."""
+    layer_bench, _ = _fake_layer_bench(monkeypatch)
+    first = layer_bench.run("cpu", [(1, 256, 512)], progress=lambda text: None, seed=1)
+    assert first["environment"]["seed"] == 1
+    with pytest.raises(ValueError, match="seed is 1, this run's is 2"):
+        layer_bench.run("cpu", [(1, 256, 512), (16, 256, 512)], progress=lambda text: None, earlier=first, seed=2)
+
+
+def test_a_shapes_data_depends_on_the_seed_and_the_shape_only():
+    def draw(seed, *key):
+        return torch.randn(4, generator=bench.seeded_generator(seed, "cpu", *key))
+
+    assert torch.equal(draw(0, 64, 256, 512), draw(0, 64, 256, 512))
+    assert not torch.equal(draw(0, 64, 256, 512), draw(1, 64, 256, 512))
+    assert not torch.equal(draw(0, 64, 256, 512), draw(0, 64, 256, 1024))

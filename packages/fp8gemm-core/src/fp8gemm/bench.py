@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import functools
 import gc
+import hashlib
 import json
 import math
 import platform
@@ -44,6 +45,15 @@ GPU_STATES = {
     "as-is": "no settling: the state the previous timing left",
 }
 SUSTAIN_SECONDS, REST_SECONDS = 0.5, 2.0
+# The seed of every random draw when none is given (--seed): runs of one build on one GPU time the same data.
+DEFAULT_SEED = 0
+
+
+def seeded_generator(seed: int, device, *key) -> torch.Generator:
+    """A generator on ``device`` for the data named by ``key`` (a shape, say) in a run of ``seed``: the same data
+    whichever shapes ran before it, so a resumed or narrowed run draws what the full run drew."""
+    digest = hashlib.blake2b(repr((seed, *key)).encode(), digest_size=8).digest()
+    return torch.Generator(device=device).manual_seed(int.from_bytes(digest, "little") >> 1)
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -105,7 +115,8 @@ def _ours(backend: str | None) -> Callable:
     return prepare
 
 
-def environment(device: torch.device, backend: str | None) -> dict:
+def environment(device: torch.device, backend: str | None, seed: int = DEFAULT_SEED) -> dict:
+    """What a report was measured with: software, device, backend and the data's ``seed``."""
     env = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
@@ -113,6 +124,7 @@ def environment(device: torch.device, backend: str | None) -> dict:
         "torch": torch.__version__,
         "fp8gemm": __version__,
         "device": registry.describe_device(device).describe(),
+        "seed": seed,
     }
     selection = registry.select(device, backend)
     env["backend"] = selection.backend.name
@@ -148,13 +160,14 @@ def run(
     out_dtype=torch.bfloat16,
     gpu_state: str = "sustained",
     rounds: int = 1,
+    seed: int = DEFAULT_SEED,
 ) -> dict:
     """Time ours and every available peer on each shape of a GPU; returns the JSON-able results.
 
     Each timing starts in `gpu_state` (GPU_STATES). With `rounds` > 1 every implementation is timed
     that many times per shape, the order reversed each round, and its row keeps the median (``us``)
     and every round (``us_rounds``): one timing per implementation moves single shapes by up to 9%
-    between processes (docs/benchmarks.md).
+    between processes (docs/benchmarks.md). The data of each shape is drawn from ``seed`` (``seeded_generator``).
     """
     _check_gpu_state(gpu_state)
     if rounds < 1:
@@ -166,8 +179,9 @@ def run(
     fp8 = preferred_fp8_dtype(device, backend)
     rows = []
     for m, n, k in shapes:
-        x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-        w = torch.randn(n, k, device=device, dtype=torch.bfloat16)
+        gen = seeded_generator(seed, device, m, n, k)
+        x = torch.randn(m, k, device=device, dtype=torch.bfloat16, generator=gen)
+        w = torch.randn(n, k, device=device, dtype=torch.bfloat16, generator=gen)
         a, a_scale = quantize_activation(x, fp8_dtype=fp8)
         b, b_scale = quantize_weight(w, fp8_dtype=fp8)
         ref = oracle(a, b, a_scale, b_scale) if 2.0 * m * n * k <= ORACLE_MAX_FLOPS else None
@@ -183,9 +197,9 @@ def run(
                 runners.pop(name, None)
         _time_rounds(runners, shape_rows, timer, rounds, progress)
         rows.extend(shape_rows.values())
-    report = {"environment": environment(device, backend), "results": rows}
+    report = {"environment": environment(device, backend, seed), "results": rows}
     report["environment"].update(rounds=rounds, gpu_state=gpu_state, gpu_state_meaning=GPU_STATES[gpu_state])
-    report["host_overhead"] = host_overhead(device, backend)
+    report["host_overhead"] = host_overhead(device, backend, seed=seed)
     return report
 
 
@@ -239,7 +253,9 @@ def host_seconds_per_call(call, device: torch.device, calls: int, collect: bool,
             gc.enable()
 
 
-def host_overhead(device: torch.device, backend: str | None, calls: int = 3000, repeats: int = 7) -> dict:
+def host_overhead(
+    device: torch.device, backend: str | None, calls: int = 3000, repeats: int = 7, seed: int = DEFAULT_SEED
+) -> dict:
     """Wall time of one ``fp8gemm.gemm`` call from Python on a tiny shape, minus the GPU's time for it.
 
     When the host is the bottleneck, back-to-back calls run at host speed, so the difference is the
@@ -250,10 +266,9 @@ def host_overhead(device: torch.device, backend: str | None, calls: int = 3000, 
     ``calls`` calls, alternating collection off and on: on cloud H200 hosts one loop's figure moves from 5 to
     13 us between back-to-back processes with the same build (docs/benchmarks.md).
     """
-    a, a_scale = quantize_activation(
-        torch.randn(16, 256, device=device), fp8_dtype=preferred_fp8_dtype(device, backend)
-    )
-    b, b_scale = quantize_weight(torch.randn(128, 256, device=device), fp8_dtype=preferred_fp8_dtype(device, backend))
+    gen, fp8 = seeded_generator(seed, device, "host overhead"), preferred_fp8_dtype(device, backend)
+    a, a_scale = quantize_activation(torch.randn(16, 256, device=device, generator=gen), fp8_dtype=fp8)
+    b, b_scale = quantize_weight(torch.randn(128, 256, device=device, generator=gen), fp8_dtype=fp8)
     b_scale = prepare_weight_scale(b_scale, backend=backend)
     out = torch.empty(16, 128, dtype=torch.bfloat16, device=device)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from . import runtime
-from .bench import environment, geomean, host_seconds_per_call
+from .bench import DEFAULT_SEED, environment, geomean, host_seconds_per_call, seeded_generator
 from .conformance import relative_error
 from .layer_peers import BF16, GEMM_ALONE, OURS, gemm_alone, layer_paths
 from .linear import linear
@@ -63,8 +63,9 @@ def _weight_bytes(name: str, n: int, k: int) -> int:
     return n * k * (2 if name == BF16 else 1)
 
 
-def time_shape(m: int, n: int, k: int, paths: dict, device) -> dict:
-    gen = torch.Generator(device=device).manual_seed(m * 7 + n * 3 + k)
+def time_shape(m: int, n: int, k: int, paths: dict, device, seed: int = DEFAULT_SEED) -> dict:
+    """One row: every path's time per call on ``m x n x k``, its error against float64, the bound's parts."""
+    gen = seeded_generator(seed, device, m, n, k)
     x = torch.randn(m, k, generator=gen, device=device).bfloat16()
     row = {"m": m, "n": n, "k": k, "us": {}, "rel_err": {}, "errors": {}}
     for name, prepare in [*paths.items(), (GEMM_ALONE, None)]:
@@ -93,11 +94,14 @@ def time_shape(m: int, n: int, k: int, paths: dict, device) -> dict:
     return row
 
 
-def eager_wall(device, m: int = 1, n: int = 256, k: int = 512, calls: int = 2000, repeats: int = 7) -> dict:
+def eager_wall(
+    device, m: int = 1, n: int = 256, k: int = 512, calls: int = 2000, repeats: int = 7, seed: int = DEFAULT_SEED
+) -> dict:
     """Host wall time per call of ``linear`` and of ``gemm`` on pre-quantized input, same process; beside them,
     the backend's own entries called with every argument ready (the launches' cost without Python)."""
-    x = torch.randn(m, k, device=device).bfloat16()
-    qw, w_scale = quantize_weight(torch.randn(n, k, device=device))
+    gen = seeded_generator(seed, device, "eager", m, n, k)
+    x = torch.randn(m, k, device=device, generator=gen).bfloat16()
+    qw, w_scale = quantize_weight(torch.randn(n, k, device=device, generator=gen))
     w_scale = prepare_weight_scale(w_scale)
     qx, x_scale = quantize_activation(x)
     funcs = {"linear": lambda: linear(x, qw, w_scale), "gemm": lambda: gemm(qx, qw, x_scale, w_scale)}
@@ -134,14 +138,15 @@ def _raw_entries(x, qw, w_scale, qx, x_scale) -> dict:
     }
 
 
-def quantize_bandwidth(device, shapes) -> list[dict]:
+def quantize_bandwidth(device, shapes, seed: int = DEFAULT_SEED) -> list[dict]:
     """The quantization kernel alone (inputs cycled past the L2), as a fraction of a large device copy's bandwidth
     and of a copy of x (the same inputs, bf16 out) in the same harness: below a few MB launch and drain dominate."""
     copy_gbs = _copy_bandwidth(device)
     rows = []
     for m, k in shapes:
         nbytes = m * k * 2 + m * k + m * (k // 128) * 4
-        xs = [torch.randn(m, k, device=device).bfloat16() for _ in range(_copies(m * k * 2, device))]
+        gen = seeded_generator(seed, device, "quantize", m, k)
+        xs = [torch.randn(m, k, device=device, generator=gen).bfloat16() for _ in range(_copies(m * k * 2, device))]
         seconds = time_graph([lambda x=x: quantize_activation(x) for x in xs])
         dst = torch.empty_like(xs[0])
         copy_seconds = time_graph([lambda x=x, dst=dst: dst.copy_(x) for x in xs])
@@ -187,15 +192,18 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def run(device, shapes=None, progress=print, earlier: dict | None = None, checkpoint=None) -> dict:
-    """Time ``shapes`` (default: every LAYER_M x LAYER_NK), then the eager and quantization-bandwidth parts.
+def run(
+    device, shapes=None, progress=print, earlier: dict | None = None, checkpoint=None, seed: int = DEFAULT_SEED
+) -> dict:
+    """Time ``shapes`` (default: every LAYER_M x LAYER_NK), then the eager and quantization-bandwidth parts, on
+    data drawn from ``seed``.
 
     ``earlier``: a partial report of a run cut short on the same GPU; its rows are kept and their shapes skipped.
     ``checkpoint(report)`` is called with the partial report after every shape.
     """
     paths = layer_paths(device)
     shapes = shapes or [(m, n, k) for n, k in LAYER_NK for m in LAYER_M]
-    report = {"environment": environment(device, None), "paths": list(paths) + [GEMM_ALONE], "partial": True}
+    report = {"environment": environment(device, None, seed), "paths": list(paths) + [GEMM_ALONE], "partial": True}
     report["environment"]["method"] = "CUDA graph over weight copies >= 2x L2; median of replays"
     report["environment"]["peers"] = _peer_versions()
     rows = _earlier_rows(earlier, report["environment"], shapes)
@@ -204,15 +212,15 @@ def run(device, shapes=None, progress=print, earlier: dict | None = None, checkp
     for m, n, k in shapes:
         if any((r["m"], r["n"], r["k"]) == (m, n, k) for r in rows):
             continue
-        rows.append(time_shape(m, n, k, paths, device))
+        rows.append(time_shape(m, n, k, paths, device, seed))
         progress(_row_text(rows[-1]))
         if checkpoint:
             checkpoint(report)
     rows.sort(key=lambda r: shapes.index((r["m"], r["n"], r["k"])))
     report["summary"] = summarize(rows)
-    report["eager"] = eager_wall(device)
+    report["eager"] = eager_wall(device, seed=seed)
     big = sorted({(m, k) for m, _, k in shapes if m >= 512})
-    report["quantize_bandwidth"] = quantize_bandwidth(device, big)
+    report["quantize_bandwidth"] = quantize_bandwidth(device, big, seed)
     del report["partial"]
     return report
 
@@ -222,7 +230,7 @@ def _earlier_rows(earlier: dict | None, env: dict, shapes) -> list[dict]:
     if not earlier:
         return []
     before = earlier.get("environment", {})
-    for key in ("host", "device", "driver", "torch", "fp8gemm", "backend_build", "peers"):
+    for key in ("host", "device", "driver", "torch", "fp8gemm", "backend_build", "peers", "seed"):
         if before.get(key) != env.get(key):
             raise ValueError(
                 f"--resume: the earlier report's {key} is {before.get(key)!r}, this run's is {env.get(key)!r}; "

@@ -1,0 +1,213 @@
+"""``fp8gemm bench``: the GEMM or the Linear layer timed against the peers on a GPU; without one, the recipe's
+accuracy. Every random draw comes from one seed (``--seed``, default ``bench.DEFAULT_SEED``), printed and kept in
+the ``--json`` report's environment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from . import accuracy, bench, conformance, layer_bench, registry
+from .cli_args import UsageError, count_argument, default_device, plot_argument, requested_backend, shape_argument
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``fp8gemm bench``."""
+    p.add_argument("--set", choices=sorted(bench.SHAPE_SETS), default="deepseek-v3", help="named shape set")
+    p.add_argument(
+        "--shapes",
+        nargs="+",
+        type=shape_argument,
+        metavar="M,N,K",
+        help=f"shapes instead of a set; N a multiple of {bench.N_MULTIPLE}, K of {bench.K_MULTIPLE}",
+    )
+    p.add_argument("--out-dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    p.add_argument("--json", type=Path, help="write results to this JSON file")
+    p.add_argument("--plot", type=plot_argument, help="write a bar chart to this PNG file (needs matplotlib)")
+    p.add_argument(
+        "--gpu-state",
+        choices=tuple(bench.GPU_STATES),
+        default="sustained",
+        help="the GPU's state as each timing starts: " + "; ".join(f"{k}: {v}" for k, v in bench.GPU_STATES.items()),
+    )
+    p.add_argument(
+        "--rounds",
+        type=count_argument(1),
+        default=1,
+        help="time every implementation this many times per shape, alternating the order; report the median",
+    )
+    p.add_argument(
+        "--seed",
+        type=count_argument(0),
+        default=bench.DEFAULT_SEED,
+        help=f"seed of every random draw; the same seed draws the same data (default: {bench.DEFAULT_SEED})",
+    )
+    p.add_argument(
+        "--layer",
+        action="store_true",
+        help="time the Linear layer (bf16 in and out: ours, bf16 F.linear and the peers' layer paths) in CUDA graphs",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --layer: keep the shapes already in --json (written after every shape) and time the rest",
+    )
+
+
+def cmd_bench(args) -> int:
+    device = args.device or default_device()
+    backend = requested_backend(args)
+    if args.resume and not (args.layer and args.json):
+        raise UsageError("--resume goes with --layer and --json naming the earlier run's report")
+    console.print(f"data seed {args.seed} (--seed {args.seed} draws the same data)", highlight=False)
+    if device.type != "cuda":
+        if args.layer:
+            console.print("--layer times Linear layers on a GPU, and the device is the CPU, so:")
+        return _bench_without_gpu(args, device, backend)
+    if args.layer:
+        return _bench_layer(args, device)
+    shapes = args.shapes or bench.SHAPE_SETS[args.set]
+    out_dtype = torch.float32 if args.out_dtype == "float32" else torch.bfloat16
+    n_impls = 1 + len(bench.available_peers(device))
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("benchmarking", total=len(shapes) * n_impls * args.rounds)
+        report = bench.run(
+            shapes,
+            device,
+            backend,
+            lambda: progress.advance(task),
+            out_dtype,
+            args.gpu_state,
+            args.rounds,
+            seed=args.seed,
+        )
+    print_bench_table(report)
+    return _write_outputs(args, report, bench.save_json, bench.plot)
+
+
+def _write_outputs(args, report: dict, save_json, plot) -> int:
+    """``--json`` and ``--plot`` of a bench report."""
+    for path, write in ((args.json, save_json), (args.plot, plot)):
+        if path:
+            write(report, path)
+            console.print(f"wrote {path}")
+    return 0
+
+
+def _bench_layer(args, device: torch.device) -> int:
+    earlier = None
+    if args.resume:
+        if not args.json.exists():
+            raise UsageError(f"--resume: {args.json} does not exist; run without --resume to start the report")
+        try:
+            earlier = json.loads(args.json.read_text())
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--resume: {args.json} is not a JSON report ({exc}); start a new one") from None
+    checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
+    report = layer_bench.run(
+        device,
+        args.shapes or None,
+        progress=lambda text: console.print(text, highlight=False),
+        earlier=earlier,
+        checkpoint=checkpoint,
+        seed=args.seed,
+    )
+    table = Table(title="Linear layer, weights from HBM: speed vs bf16 F.linear (geomean, slowest shape)")
+    for col in ("path", "geomean", "slowest"):
+        table.add_column(col)
+    for name, row in report["summary"].items():
+        if isinstance(row, dict):
+            table.add_row(name, f"{row['geomean_vs_bf16']:.2f}x", f"{row['slowest_vs_bf16']:.2f}x")
+    console.print(table)
+    eager = report["eager"]["us_per_call"]
+    console.print("eager wall time per call: " + ", ".join(f"{name} {us:.1f} us" for name, us in eager.items()))
+    return _write_outputs(args, report, _save_atomically, layer_bench.plot)
+
+
+def _save_atomically(report: dict, path: Path) -> None:
+    """A run killed while writing leaves the previous file whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(report, indent=1) + "\n")
+    part.replace(path)
+
+
+def _bench_without_gpu(args, device: torch.device, backend: str | None) -> int:
+    """No GPU, so nothing to time (ours would only race the reference against itself): show the recipe's accuracy."""
+    gpu_backends = [ib.name for ib in registry.installed_backends()]
+    installed = f"GPU backends installed: {', '.join(gpu_backends)}" if gpu_backends else "no GPU backend installed"
+    console.print(
+        f"Nothing to time on {registry.describe_device(device).describe()} ({installed}): timing compares an arch "
+        "package's kernels with cuBLASLt, Triton and DeepGEMM on a GPU (docs/benchmarks.md). Shown instead: the "
+        "accuracy of the block-scaled FP8 recipe."
+    )
+    rows = accuracy.run(args.shapes or accuracy.DEFAULT_SHAPES, device, backend, seed=args.seed)
+    print_accuracy_table(rows)
+    if args.json:
+        env = bench.environment(device, backend, args.seed)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"environment": env, "data": accuracy.DATA, "accuracy": rows}, indent=1) + "\n")
+        console.print(f"wrote {args.json}")
+    if args.plot:
+        accuracy.plot(rows, args.plot)
+        console.print(f"wrote {args.plot}")
+    return 0
+
+
+def print_accuracy_table(rows: list[dict]) -> None:
+    table = Table(title="relative error per token against the float64 product of the unquantised inputs")
+    table.add_column("M x N x K")
+    table.add_column("recipe")
+    for kind in accuracy.DATA:
+        table.add_column(f"{kind}: median", justify="right")
+        table.add_column(f"{kind}: worst token", justify="right")
+    cells: dict[tuple, list[str]] = {}
+    for r in rows:
+        key = (f"{r['m']}x{r['n']}x{r['k']}", r["recipe"])
+        cells.setdefault(key, []).extend((f"{r['median_rel_err']:.1e}", f"{r['worst_rel_err']:.1e}"))
+    for key, errors in cells.items():
+        table.add_row(*key, *errors)
+    console.print(table)
+    console.print("; ".join(f"{kind}: {meaning}" for kind, meaning in accuracy.DATA.items()))
+
+
+def _tflops_cell(tflops: float) -> str:
+    return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
+
+
+def print_bench_table(report: dict) -> None:
+    env = report["environment"]
+    table = Table(
+        title=f"TFLOP/s (median{bench.rounds_suffix(env)}), {env['device']}, torch {env['torch']}, {env['date']}{bench.state_suffix(env)}"
+    )
+    impls = list(dict.fromkeys(r["impl"] for r in report["results"]))
+    table.add_column("M x N x K")
+    for impl in impls:
+        table.add_column(impl, justify="right")
+    by_shape: dict[tuple, dict[str, str]] = {}
+    for r in report["results"]:
+        cell = _tflops_cell(r["tflops"]) if "tflops" in r else "error"
+        if r.get("rel_err") is not None and r["rel_err"] > conformance.TOLERANCE[torch.bfloat16]:
+            cell += f" (WRONG, err {r['rel_err']:.2g})"
+        by_shape.setdefault((r["m"], r["n"], r["k"]), {})[r["impl"]] = cell
+    for (m, n, k), cells in by_shape.items():
+        table.add_row(f"{m}x{n}x{k}", *(cells.get(i, "-") for i in impls))
+    console.print(table)
+    for peer, s in bench.speedups(report).items():
+        console.print(f"geomean speedup of fp8gemm over {peer}: {s:.2f}x")
+    if "host_overhead" in report:
+        h = report["host_overhead"]
+        spread = h.get("host_overhead_us_range")
+        loops = f", median of {h['loops']} loops: {spread[0]:.1f}-{spread[1]:.1f}" if spread else ""
+        console.print(f"host overhead per fp8gemm.gemm call: {h['host_overhead_us']:.1f} us "
+                      f"(wall {h['wall_us_per_call']:.1f} us/call, GPU {h['gpu_us_per_call']:.1f} us/call{loops}; "
+                      f"with garbage collection on {h.get('host_overhead_us_gc_on', float('nan')):.1f} us)")  # fmt: skip
