@@ -128,10 +128,10 @@ def sm90a_host_driver(out_dir: Path, source: str):
     compiler; returns a function that runs it on a stdin text and gives back its stdout."""
     cxx = require_tool("g++")
     csrc = ROOT / "packages" / "fp8gemm-cuda-sm90a" / "csrc"
+    core_include = ROOT / "packages" / "fp8gemm-core" / "src" / "fp8gemm" / "include"
     (out_dir / "driver.cpp").write_text(source)
-    subprocess.run(
-        [cxx, "-std=c++17", "-O1", f"-I{csrc}", str(out_dir / "driver.cpp"), "-o", str(out_dir / "driver")], check=True
-    )
+    source, driver = str(out_dir / "driver.cpp"), str(out_dir / "driver")
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{csrc}", f"-I{core_include}", source, "-o", driver], check=True)
 
     def run(stdin_text: str) -> str:
         return subprocess.run(

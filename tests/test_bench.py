@@ -85,7 +85,7 @@ def test_bench_rounds_alternate_the_order_and_keep_the_median():
         return next(scripted[order[-1]])
 
     rows = {name: {"impl": name, "m": 2, "n": 4, "k": 8} for name in ("ours", "peer", "broken")}
-    bench._time_rounds({"ours": lambda: "ours", "peer": lambda: "peer"}, rows, timer, 3, None)
+    bench.time_rounds({"ours": lambda: "ours", "peer": lambda: "peer"}, rows, timer, 3, None)
     assert order == ["ours", "peer", "peer", "ours", "ours", "peer"]
     assert rows["ours"]["us"] == 2e6 and rows["ours"]["us_rounds"] == [3e6, 1e6, 2e6]
     assert rows["peer"]["us"] == 5e6 and rows["peer"]["tflops"] == 2.0 * 2 * 4 * 8 / 5.0 / 1e12

@@ -5,16 +5,13 @@ Skipped without a GPU (CI has none); run on the device machine with FP8GEMM_TEST
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import fp8gemm
 import pytest
 import torch
 from conftest import backends_under_test, device_under_test
 from fp8gemm import conformance, runtime
 from fp8gemm.reference import oracle
+from sm90a_kernel_shapes import KERNEL_SHAPES
 
 pytestmark = pytest.mark.skipif(device_under_test().type == "cpu", reason="needs a GPU")
 GPU_BACKENDS = [b for b in backends_under_test() if b != "reference"]
@@ -122,61 +119,13 @@ def test_auto_selection_on_this_gpu():
     assert chosen in GPU_BACKENDS
 
 
-def _sm90a_tiles() -> list[str]:
-    """Every tile the installed fp8gemm-cuda-sm90a build compiles (its build_info), forced one at a
-    time: the default plan reaches only some of them on the shapes above."""
-    found = [ib.backend for ib in fp8gemm.registry.installed_backends() if ib.backend and ib.backend.name == "sm90a"]
-    return found[0].build_info["tiles"].split() if found and "sm90a" in GPU_BACKENDS else []
-
-
 @pytest.mark.skipif("sm90a" not in GPU_BACKENDS, reason="fp8gemm-cuda-sm90a not installed")
-@pytest.mark.parametrize("tile", _sm90a_tiles())
-def test_every_sm90a_tile_passes_conformance(tile):
-    env = dict(os.environ, FP8GEMM_SM90A_TILE=tile)
-    code = "from fp8gemm.cli import main; raise SystemExit(main(['check', '--backend', 'sm90a', '--random', '2']))"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-
-
-_LONG_K_CHECK = """
-import torch
-from fp8gemm import conformance
-for i, (m, n, k) in enumerate([(300, 400, 128 * 150), (130, 272, 128 * 131)]):
-    case = conformance.Case(m, n, k, torch.float32 if i % 2 else torch.bfloat16, i % 2 == 0, False)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", list(KERNEL_SHAPES), ids=lambda s: "x".join(map(str, s)))
+def test_every_sm90a_kernel_against_float64(shape, out_dtype):
+    """Every compiled kernel, unsplit and in K splits, through a shape the plan maps to it on 132 SMs
+    (sm90a_kernel_shapes.py): M and N tails, one-set kernels over several B-scale segments (131 and 150 K blocks),
+    warpgroup K splits on odd and even block counts. Another SM count may map a shape to another kernel."""
+    case = conformance.Case(*shape, out_dtype, col_major_scales=out_dtype == torch.float32)
     r = conformance.run_case(case, "cuda", torch.float8_e4m3fn, "sm90a")
-    assert r.passed, (case.id, r.rel_err, r.detail)
-"""
-
-
-@pytest.mark.skipif("sm90a" not in GPU_BACKENDS, reason="fp8gemm-cuda-sm90a not installed")
-@pytest.mark.parametrize("splits", ["0", "2"])
-@pytest.mark.parametrize("tile", ["256,128", "128,192", "128,160", "192,128", "128,128"])
-def test_sm90a_long_k_over_several_scale_segments(tile, splits):
-    """The one-set loop stages the weight scales in segments of 64 K blocks: K of 131 and 150 blocks
-    (three segments, a partial last one; with split-K, segments that restart per split) against the
-    float64 oracle, with M and N tails. 128 x 128 tiles take the one-set loop at this K (one_set_loop)."""
-    env = dict(os.environ, FP8GEMM_SM90A_TILE=tile, FP8GEMM_SM90A_SPLITS=splits)
-    proc = subprocess.run([sys.executable, "-c", _LONG_K_CHECK], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-
-
-@pytest.mark.skipif("sm90a" not in GPU_BACKENDS, reason="fp8gemm-cuda-sm90a not installed")
-@pytest.mark.parametrize("splits", ["0", "3"])
-@pytest.mark.parametrize("min_kb", ["1", "2"])
-@pytest.mark.parametrize("tile", ["64,16", "64,32"])
-def test_sm90a_warpgroup_k_split(tile, min_kb, splits):
-    """64 x 16 and 64 x 32 tiles with their K blocks shared by two warpgroups (split_k_warpgroups), forced from 1 or 2 K blocks:
-    odd and even block counts, a second warpgroup with no block (3 splits of 1-block K tails), several tiles
-    per CTA (the sums handed over through shared memory each tile) and long K, against the float64 oracle."""
-    env = dict(os.environ, FP8GEMM_SM90A_TILE=tile, FP8GEMM_SM90A_SPLITS=splits, FP8GEMM_SM90A_WG_SPLIT_MIN_KB=min_kb)
-    proc = subprocess.run([sys.executable, "-c", _LONG_K_CHECK + _SPLIT_SHAPES], env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-
-
-_SPLIT_SHAPES = """
-for i, (m, n, k) in enumerate([(64, 2112, 128 * 7), (1, 4000, 128 * 3), (37, 16, 128), (200, 528, 128 * 56)]):
-    case = conformance.Case(m, n, k, torch.float32 if i % 2 else torch.bfloat16, i % 2 == 0, i % 3 == 0)
-    r = conformance.run_case(case, "cuda", torch.float8_e4m3fn, "sm90a")
-    assert r.passed, (case.id, r.rel_err, r.detail)
-"""
+    assert r.passed, (case.id, KERNEL_SHAPES[shape], r.rel_err, r.detail)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from isa import sm90a_host_driver
+from sm90a_kernel_shapes import KERNEL_SHAPES
 
 DRIVER = r"""
 #include <cstdio>
@@ -209,3 +210,24 @@ def test_warpgroup_k_split_for_narrow_tiles_on_long_k(plan):
         (1, 32, 32, 0),
         (1, 64, 56, 0),  # wider tiles keep one warpgroup per 64 rows (every-tile split: 0.94x at 128x4096x7168)
     ]
+
+
+COMPILED_KERNELS = r"""
+#include <cstdio>
+#include "tile_config.hpp"
+int main() {
+  for (const auto& t : fp8gemm_sm90a::kTiles) std::printf("%d %d %d %d\n", t.rows, t.cols, t.cluster, (int)t.loop);
+}
+"""
+
+
+def test_the_gpu_tests_shapes_reach_every_compiled_kernel(plan, tmp_path_factory):
+    """The plan has no settings, so the GPU tests reach each kernel through a shape (sm90a_kernel_shapes.py): each
+    of those shapes must still pick its kernel, with tails in M and N, and together they must pick every kernel the
+    package compiles, each unsplit and (where the plan ever splits it) in K splits."""
+    got = plan_fields(plan, list(KERNEL_SHAPES), "rows", "cols", "cluster", "loop", "splits")
+    assert [(r, c, cl, loop, splits > 1) for r, c, cl, loop, splits in got] == list(KERNEL_SHAPES.values())
+    assert all(m == 1 or (m % rows and n % cols) for (m, n, _), (rows, cols, *_) in KERNEL_SHAPES.items())
+    listing = sm90a_host_driver(tmp_path_factory.mktemp("sm90a_kernels"), COMPILED_KERNELS)("")
+    compiled = {tuple(map(int, line.split())) for line in listing.splitlines()}
+    assert {kernel[:4] for kernel in KERNEL_SHAPES.values()} == compiled

@@ -10,8 +10,8 @@ to $OUT/inprocess_ab.json. `DeepGEMM=-` adds the installed deep_gemm (fp8gemm.pe
 
 Why: timed in separate processes, two identical builds differed by 0.975-1.041 per shape even as medians of ten
 rounds; in one process they agree to ~0.5% on shapes of 20 us and more
-(2-5% on ~12 us decode shapes). The FP8GEMM_SM90A_* knobs are read once per module, so they apply to every variant:
-compare knobs across processes (ci/gpu/tune.py time) or build them in.
+(2-5% on ~12 us decode shapes). A variant's plan is its build's: to compare plan choices, build each one in.
+ci/gpu/refactor_ab.sh runs this on the benchmark shapes as the regression check of a refactor (docs/benchmarks.md).
 
 Paired ratio: the median over rounds of (first variant's time / this variant's time) in the same round. A round's
 times fall in one of two states some 5% apart on the decode shapes (11.2 or 11.9 us at 64x7168x2048 on an H200),
@@ -51,8 +51,9 @@ def load_build(alias: str, root: str):
 
 def shape_calls(backends: dict, with_deepgemm: bool, m: int, n: int, k: int):
     """Per variant a zero-argument call on one set of inputs, and its relative error against the reference."""
-    a, a_scale = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda"))
-    b, b_scale = fp8gemm.quantize_weight(torch.randn(n, k, device="cuda"))
+    gen = bench.seeded_generator(bench.DEFAULT_SEED, "cuda", m, n, k)
+    a, a_scale = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda", generator=gen))
+    b, b_scale = fp8gemm.quantize_weight(torch.randn(n, k, device="cuda", generator=gen))
     ref = oracle(a, b, a_scale, b_scale)
     # The scales in the builds' layouts once, outside the timed calls (else each call launches a transpose).
     layouts = next(iter(backends.values()))
@@ -96,7 +97,7 @@ def main(argv: list[str]) -> None:
         calls, errors = shape_calls(backends, DEEPGEMM in variants, m, n, k)
         bench.time_gpu(calls[names[0]], "sustained")
         rows = {name: {"impl": name, "m": m, "n": n, "k": k} for name in names}
-        bench._time_rounds(calls, rows, bench.time_gpu, rounds, None)  # the bench's alternating rounds
+        bench.time_rounds(calls, rows, bench.time_gpu, rounds, None)  # the bench's alternating rounds
         failed = {name: row["error"] for name, row in rows.items() if "error" in row}
         if failed:
             raise SystemExit(f"{m},{n},{k}: {failed}")

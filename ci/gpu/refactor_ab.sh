@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A source refactor of fp8gemm-cuda-sm90a against the build before it, on one GPU machine: both builds in one
+# The regression check of a refactor of fp8gemm-cuda-sm90a (docs/benchmarks.md, "Comparing two builds"): the
+# build before the change against the build after it, on one GPU machine: both builds in one
 # process (ci/gpu/inprocess_ab.py) on the benchmark shapes, then the GPU suite and compute-sanitizer
 # (ci/gpu/session.sh sanitize) on the working tree's builds. A pure refactor keeps every paired ratio within the
 # same-build spread (about 0.99-1.01 on shapes of 20 us and more, 0.95-1.05 on ~12 us decode shapes).

@@ -22,7 +22,7 @@ void launch_tiles(const Params& p, int m, int n, int splits, cudaStream_t stream
                                         T::kSmemBytes),
                    "cudaFuncSetAttribute");
   });
-  const dim3 grid(ceil_div(n, kBlockN), ceil_div(m, T::kBlockM), splits);
+  const dim3 grid(static_cast<unsigned>(ceil_div(n, kBlockN)), static_cast<unsigned>(ceil_div(m, T::kBlockM)), splits);
   gemm_kernel<WARPS_M, STAGES><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
 }
 

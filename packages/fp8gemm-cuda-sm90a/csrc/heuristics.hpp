@@ -5,24 +5,20 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "fp8gemm/ceil_div.hpp"
+#include "fp8gemm/split_k.hpp"
 #include "tile_config.hpp"
 
 namespace fp8gemm_sm90a {
 
-// Tile rasterisation: M blocks per group (see plan_for; FP8GEMM_SM90A_GROUP_M overrides).
+using fp8gemm::ceil_div;
+
+// Tile rasterisation: M blocks per group (see plan_for).
 constexpr int kGroupM = 16;
 constexpr int kGroupMOneWave = 2;
 constexpr int kGroupMNarrowWave = 4;
 // 64 x 16 and 64 x 32 tiles with at least this many K blocks per split share them out over two warpgroups.
 constexpr int kWarpgroupSplitMinKb = 48;
-
-// Forced choices for experiments (FP8GEMM_SM90A_TILE="rows,cols[,cluster]", FP8GEMM_SM90A_SPLITS=n,
-// FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1, FP8GEMM_SM90A_WG_SPLIT_MIN_KB=n); 0 leaves the
-// choice to the policy.
-struct Tuning {
-  int rows = 0, cols = 0, cluster = 0, splits = 0, group_m = 0, no_pairs = 0;
-  int wg_split_min_kb = 0;  // the warpgroup K split's threshold in K blocks per split
-};
 
 struct Plan {
   TileConfig tile;  // the kernel: rows, cols, cluster and main loop (one of tile_config.hpp kTiles)
@@ -33,14 +29,9 @@ struct Plan {
   int64_t workspace_bytes;
 };
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Split-K: when the tiles cannot fill the SMs, K is split (fp32 partials + a reduction launch)
-// until about one wave of CTAs runs, keeping >= 2 K blocks per split.
-inline int splits_for(int64_t tiles, int kb_total, int sm_count) {
-  if (tiles >= sm_count || tiles == 0) return 1;
-  return static_cast<int>(std::clamp<int64_t>(sm_count / tiles, 1, std::max(1, kb_total / 2)));
-}
+// Split-K (the core's shared policy): when the tiles cannot fill the SMs, K is split (fp32 partials + a
+// reduction launch) until at most one wave of CTAs runs, keeping >= 2 K blocks per split.
+constexpr fp8gemm::SplitKPolicy kSplitK{2, false};
 
 // Candidate tiles with the rate each sustained on an H200 (TFLOP/s), fitted to timings of every tile
 // on the benchmark shapes: wider tiles reuse each loaded byte more, so they run faster per tile but
@@ -78,9 +69,9 @@ constexpr double kDramBytesPerUs = 3.0e6;
 // tile's rate, a fixed launch/fill cost, and for split-K the reduction launch and its fp32 partials.
 inline double modelled_us(int64_t m, int64_t n, int64_t k, const TileRate& t, int sm_count) {
   const int64_t tiles = tiles_of(m, n, t.rows, t.cols, t.cluster);
-  const int kb_total = static_cast<int>(k / kBlockK);
-  const int kb_per_split = static_cast<int>(ceil_div(kb_total, splits_for(tiles, kb_total, sm_count)));
-  const int64_t splits = ceil_div(kb_total, kb_per_split);
+  const fp8gemm::SplitK split = fp8gemm::split_k(tiles, static_cast<int>(k / kBlockK), sm_count, kSplitK);
+  const int kb_per_split = split.kb_per_split;
+  const int64_t splits = split.splits;
   const double waves = static_cast<double>(ceil_div(tiles * splits, sm_count));
   const double flops_per_item = 2.0 * t.rows * t.cols * kBlockK * kb_per_split;
   const double tflops = splits > 1 && t.split_tflops > 0 ? t.split_tflops : t.tflops;
@@ -114,31 +105,25 @@ inline int64_t wave_footprint(int64_t wave, int group, int64_t m_blocks, int64_t
 // The main loop of a chosen shape: the one-set loop where two accumulator sets do not fit, and on long K
 // for 128 x 128 tiles (measured 1.03-1.04x from 32 K blocks per tile, slower below 24); the warpgroup K
 // split for 64 x 16 and 64 x 32 tiles on long K (their consumer, not the loads, bounds a K block).
-inline MainLoop main_loop_for(const TileConfig& t, int kb_per_split, int wg_split_min_kb) {
+inline MainLoop main_loop_for(const TileConfig& t, int kb_per_split) {
   if (t.cols > kBlockK || t.rows > 128) return MainLoop::kOneSet;
   if (t.rows == 128 && t.cols == 128 && t.cluster == 1 && kb_per_split >= kUnrolledMinKb) return MainLoop::kOneSet;
-  if (t.rows == 64 && (t.cols == 16 || t.cols == 32) && t.cluster == 1 && kb_per_split >= wg_split_min_kb)
+  if (t.rows == 64 && (t.cols == 16 || t.cols == 32) && t.cluster == 1 && kb_per_split >= kWarpgroupSplitMinKb)
     return MainLoop::kSplitWarpgroups;
   return MainLoop::kTwoSets;
 }
 
-inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning& tuning = {}) {
+inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
   Plan p{};
   TileConfig& t = p.tile;
   choose_tile(m, n, k, sm_count, t);
-  if (tuning.rows) t.rows = tuning.rows;
-  if (tuning.cols) t.cols = tuning.cols;
-  if (tuning.cluster) t.cluster = tuning.cluster;
   p.m_blocks = static_cast<int>(ceil_div(m, t.rows));
   p.n_blocks = static_cast<int>(ceil_div(n, t.cols));
   const bool along_n = pairs_along_n(t.rows);
   if ((along_n ? p.n_blocks : p.m_blocks) < 2) t.cluster = 1;  // nothing to pair
-  const int kb_total = static_cast<int>(k / kBlockK);
-  const int64_t tiles = int64_t(p.m_blocks) * p.n_blocks;
-  int splits = splits_for(tiles, kb_total, sm_count);
-  if (tuning.splits) splits = std::clamp(tuning.splits, 1, kb_total);
-  p.kb_per_split = static_cast<int>(ceil_div(kb_total, splits));
-  p.splits = static_cast<int>(ceil_div(kb_total, p.kb_per_split));  // no empty split
+  const fp8gemm::SplitK split =
+      fp8gemm::split_k(int64_t(p.m_blocks) * p.n_blocks, static_cast<int>(k / kBlockK), sm_count, kSplitK);
+  p.kb_per_split = split.kb_per_split, p.splits = split.splits;  // no empty split
   // The grid counts whole clusters.
   const int64_t cluster_tiles = (along_n ? p.m_blocks * ceil_div(p.n_blocks, t.cluster)
                                          : ceil_div(p.m_blocks, t.cluster) * p.n_blocks) * p.splits;
@@ -153,17 +138,15 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count, const Tuning
   auto footprint = [&](int group) { return wave_footprint(p.grid, group, p.m_blocks, p.n_blocks, t.rows, t.cols); };
   if (!one_wave && p.splits == 1 && t.cluster == 1 && footprint(kGroupMNarrowWave) < footprint(kGroupM))
     p.group_m = kGroupMNarrowWave;
-  if (tuning.group_m) p.group_m = tuning.group_m;
   // Placement pairs: 1-CTA tiles launched in 2-CTA clusters, with no multicast and no cross-CTA barrier.
   // A cluster's two CTAs run on the two SMs of one TPC, and consecutive tiles are adjacent M blocks of
   // one N block, so their reads of the same B block merge on the way to the L2. Level with one M block
   // (nothing shared but the small A block), so those stay unpaired. An odd grid gains a CTA that finds no
   // tile, unless that would exceed the SMs.
-  p.placement_pairs = t.cluster == 1 && p.m_blocks >= 2 && p.grid >= 2 && p.grid + p.grid % 2 <= sm_count &&
-                      !tuning.no_pairs;
+  p.placement_pairs = t.cluster == 1 && p.m_blocks >= 2 && p.grid >= 2 && p.grid + p.grid % 2 <= sm_count;
   if (p.placement_pairs) p.grid += p.grid % 2;
-  t.loop = main_loop_for(t, p.kb_per_split, tuning.wg_split_min_kb ? tuning.wg_split_min_kb : kWarpgroupSplitMinKb);
-  p.workspace_bytes = p.splits > 1 ? int64_t(p.splits) * m * n * int64_t(sizeof(float)) : 0;
+  t.loop = main_loop_for(t, p.kb_per_split);
+  p.workspace_bytes = fp8gemm::split_workspace_bytes(p.splits, m, n);
   return p;
 }
 

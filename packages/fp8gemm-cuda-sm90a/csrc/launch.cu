@@ -1,11 +1,5 @@
 // Host side: the plan (heuristics.hpp), the launch of its tile (tile_launch.hpp) on the caller's stream,
 // and the split-K reduction.
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <stdexcept>
-#include <string>
-
 #include "fp8gemm/cuda/device.hpp"
 #include "fp8gemm/cuda/reduce_splits.cuh"
 #include "launch.hpp"
@@ -25,42 +19,15 @@ TileLaunch launch_of(const TileConfig& tile) {
   return launch;
 }
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
-
-// Experiments: FP8GEMM_SM90A_TILE="rows,cols[,cluster]" (a compiled shape), FP8GEMM_SM90A_SPLITS=n,
-// FP8GEMM_SM90A_GROUP_M=n, FP8GEMM_SM90A_NO_PAIRS=1 and FP8GEMM_SM90A_WG_SPLIT_MIN_KB=n (64 x 16 and
-// 64 x 32 tiles split their K blocks over two warpgroups from n per tile) force the plan's choices
-// (read once per process).
-const Tuning& tuning() {
-  static const Tuning t = [] {
-    Tuning t;
-    if (const char* tile = std::getenv("FP8GEMM_SM90A_TILE"); tile && *tile) {
-      t.cluster = 1;
-      if (std::sscanf(tile, "%d,%d,%d", &t.rows, &t.cols, &t.cluster) < 2 || !shape_compiled(t.rows, t.cols, t.cluster))
-        kDevices.fail(std::string("FP8GEMM_SM90A_TILE=") + tile +
-                      " is not a compiled tile: rows,cols[,cluster] as listed by `fp8gemm info` (tiles)");
-    }
-    t.splits = std::max(0, env_int("FP8GEMM_SM90A_SPLITS", 0));
-    t.group_m = std::max(0, env_int("FP8GEMM_SM90A_GROUP_M", 0));
-    t.no_pairs = env_int("FP8GEMM_SM90A_NO_PAIRS", 0) != 0;
-    t.wg_split_min_kb = std::max(0, env_int("FP8GEMM_SM90A_WG_SPLIT_MIN_KB", 0));
-    return t;
-  }();
-  return t;
-}
-
 }  // namespace
 
 int64_t workspace_bytes(int64_t m, int64_t n, int64_t k) {
-  return plan_for(m, n, k, kDevices.sm_count(kDevices.current()), tuning()).workspace_bytes;
+  return plan_for(m, n, k, kDevices.sm_count(kDevices.current())).workspace_bytes;
 }
 
 void launch(const fp8gemm::LaunchArgs& args) {
   const int dev = kDevices.current();
-  const Plan plan = plan_for(args.m, args.n, args.k, kDevices.sm_count(dev), tuning());
+  const Plan plan = plan_for(args.m, args.n, args.k, kDevices.sm_count(dev));
   if (plan.splits > 1 && !args.workspace) kDevices.fail("split-K plan needs the workspace");
   Params p{};
   p.out = reinterpret_cast<void*>(args.out);

@@ -5,8 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -120,7 +118,6 @@ void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaS
     std::call_once(asked[dev], [&] {
       config.gridDim = dim3(2);
       kDevices.check(cudaOccupancyMaxActiveClusters(&resident[dev], kernel, &config), "cluster occupancy");
-      if (std::getenv("FP8GEMM_DEBUG")) std::fprintf(stderr, "fp8gemm-cuda-sm90a: %d resident 2-CTA clusters\n", resident[dev]);
     });
     if (!resident[dev] && kCluster > 1) kDevices.fail("no 2-CTA cluster fits on this GPU");
     if (resident[dev]) config.gridDim = dim3(std::min(grid / 2, resident[dev]) * 2);  // the plan's grid is even

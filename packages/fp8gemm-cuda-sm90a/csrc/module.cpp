@@ -10,8 +10,8 @@
 
 namespace {
 
-// The FP8GEMM_SM90A_TILE values this build accepts ("rows,cols[,cluster]"), each compiled shape once, in
-// kTiles' order: what tests and ci/gpu/tune.py force one at a time.
+// The tile shapes this build compiles ("rows,cols[,cluster]"), each once, in kTiles' order: shown by
+// `fp8gemm info` beside the build.
 std::string compiled_tiles() {
   std::string tiles;
   for (int i = 0; i < fp8gemm_sm90a::kTileCount; ++i) {

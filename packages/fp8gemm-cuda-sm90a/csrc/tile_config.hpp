@@ -44,7 +44,6 @@ constexpr TileConfig kTiles[] = {
     {128, 64, 1, MainLoop::kTwoSets},
     {128, 96, 1, MainLoop::kTwoSets, Unit::kRegisterLevel10},
     {128, 128, 1, MainLoop::kTwoSets},
-    {128, 128, 2, MainLoop::kTwoSets},
     {128, 160, 1, MainLoop::kOneSet},
     {128, 192, 1, MainLoop::kOneSet},
     {192, 128, 1, MainLoop::kOneSet},
@@ -62,13 +61,6 @@ constexpr int tile_index(const TileConfig& tile) {
   for (int i = 0; i < kTileCount; ++i)
     if (kTiles[i].same_kernel(tile)) return i;
   return -1;
-}
-
-// A tile shape (rows, cols, cluster) compiled with any main loop.
-constexpr bool shape_compiled(int rows, int cols, int cluster) {
-  for (const TileConfig& t : kTiles)
-    if (t.rows == rows && t.cols == cols && t.cluster == cluster) return true;
-  return false;
 }
 
 // Which way a 2-CTA cluster pairs tiles: 256-row tiles along N (sharing A), the others along M (sharing B).

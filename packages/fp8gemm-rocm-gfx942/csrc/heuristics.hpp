@@ -3,9 +3,12 @@
 #pragma once
 #include <cstdint>
 
+#include "fp8gemm/ceil_div.hpp"
 #include "fp8gemm/split_k.hpp"
 
 namespace fp8gemm_gfx942 {
+
+using fp8gemm::ceil_div;
 
 constexpr int kBlockN = 128;  // = scale block: one b_scale per tile and K block
 constexpr int kBlockK = 128;  // = scale block: one promotion per 128 of K
@@ -20,8 +23,6 @@ struct Geometry {
   int kb_per_split;
   int64_t workspace_bytes;  // split-K fp32 partials; 0 without split
 };
-
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Decode-sized M (<= 32) gets 32-row tiles; when the tiles cannot fill the CUs (MI300X: 304), K is
 // split until about one wave of workgroups runs (rounded up), with >= 4 K blocks (512 of K) per split.

@@ -195,7 +195,7 @@ def run(
             except Exception as exc:  # a peer that cannot run this shape is recorded, not fatal
                 shape_rows[name]["error"] = _error_text(exc)
                 runners.pop(name, None)
-        _time_rounds(runners, shape_rows, timer, rounds, progress)
+        time_rounds(runners, shape_rows, timer, rounds, progress)
         rows.extend(shape_rows.values())
     report = {"environment": environment(device, backend, seed), "results": rows}
     report["environment"].update(rounds=rounds, gpu_state=gpu_state, gpu_state_meaning=GPU_STATES[gpu_state])
@@ -211,7 +211,7 @@ def _tflops(m: int, n: int, k: int, seconds: float) -> float:
     return 2.0 * m * n * k / seconds / 1e12
 
 
-def _time_rounds(runners: dict, rows: dict, timer, rounds: int, progress) -> None:
+def time_rounds(runners: dict, rows: dict, timer, rounds: int, progress) -> None:
     """Time each runner `rounds` times, alternating the order, into its row (median us, TFLOP/s)."""
     samples: dict[str, list[float]] = {name: [] for name in runners}
     names = list(rows)  # every implementation, for the progress count; only runners are timed

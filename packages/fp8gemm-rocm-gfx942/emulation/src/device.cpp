@@ -109,11 +109,19 @@ namespace {
 
 thread_local std::string t_last_error;
 
+constexpr char kThreadsVar[] = "FP8GEMM_GFX942_EMU_THREADS";
+
+// OS threads that run workgroups: $FP8GEMM_GFX942_EMU_THREADS (README.md), else one per CPU core; 0 where the
+// variable holds anything but a whole number from 1 to 4096.
 unsigned worker_threads(uint64_t groups) {
-  const char* env = std::getenv("FP8GEMM_GFX942_EMU_THREADS");
-  unsigned n = env ? static_cast<unsigned>(std::atoi(env)) : std::thread::hardware_concurrency();
-  n = std::max(1u, n);
-  return static_cast<unsigned>(std::min<uint64_t>(n, groups));
+  const char* env = std::getenv(kThreadsVar);
+  unsigned long n = std::max(1u, std::thread::hardware_concurrency());
+  if (env && *env) {
+    char* end = nullptr;
+    n = std::strtoul(env, &end, 10);
+    if (*end || *env == '-' || n < 1 || n > 4096) return 0;
+  }
+  return static_cast<unsigned>(std::min<uint64_t>(n, std::max<uint64_t>(groups, 1)));
 }
 
 }  // namespace
@@ -147,8 +155,14 @@ hipError_t run_grid(const Launch& launch) {
       failed = true;
     }
   };
+  const unsigned workers = worker_threads(groups);
+  if (!workers) {
+    set_last_error_detail(std::string(kThreadsVar) + "=" + std::getenv(kThreadsVar) +
+                          ": set it to a whole number of threads from 1 to 4096, or unset it for one per CPU core");
+    return hipErrorInvalidValue;
+  }
   std::vector<std::thread> threads;
-  for (unsigned t = 0; t < worker_threads(groups); ++t) threads.emplace_back(work);
+  for (unsigned t = 0; t < workers; ++t) threads.emplace_back(work);
   for (auto& t : threads) t.join();
   if (!failed) return hipSuccess;
   set_last_error_detail(first_error);

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "fp8gemm/ceil_div.hpp"
+
 namespace fp8gemm {
 
 struct SplitKPolicy {
@@ -20,15 +22,15 @@ struct SplitK {
 
 // kb_total K blocks in `splits` splits of equal size, the last one shorter: no empty split.
 constexpr SplitK split_evenly(int kb_total, int splits) {
-  const int per = splits > 0 && kb_total > 0 ? (kb_total + splits - 1) / splits : 1;
-  return {kb_total > 0 ? (kb_total + per - 1) / per : 1, per};
+  const int per = splits > 0 && kb_total > 0 ? static_cast<int>(ceil_div(kb_total, splits)) : 1;
+  return {kb_total > 0 ? static_cast<int>(ceil_div(kb_total, per)) : 1, per};
 }
 
 // The splits for `tiles` output tiles (work items without a split) on `units` units.
 constexpr SplitK split_k(int64_t tiles, int kb_total, int units, SplitKPolicy policy) {
   int splits = 1;
   if (tiles > 0 && tiles < units) {
-    const int64_t want = policy.fill_units ? (units + tiles - 1) / tiles : units / tiles;
+    const int64_t want = policy.fill_units ? ceil_div(units, tiles) : units / tiles;
     const int most = kb_total / policy.min_kb_per_split > 1 ? kb_total / policy.min_kb_per_split : 1;
     splits = static_cast<int>(want < 1 ? 1 : (want > most ? most : want));
   }

@@ -1,0 +1,46 @@
+"""Shapes that fp8gemm-cuda-sm90a's plan (csrc/heuristics.hpp) maps to each of its compiled kernels on 132 SMs
+(H100/H200 SXM), unsplit and in K splits, with M and N tails: the GPU tests run these against the float64 oracle,
+and tests/test_sm90a_heuristics.py checks without a GPU that they reach the kernels named here, and every one."""
+
+from __future__ import annotations
+
+TWO_SETS, ONE_SET, SPLIT_WARPGROUPS = 0, 1, 2  # tile_config.hpp MainLoop
+
+# (m, n, k): (rows, cols, cluster, main loop, K split). One-set kernels on K of 131 and 150 blocks: B-scale
+# segments of 64 K blocks, a partial last one, restarted per split. Warpgroup K splits on odd and even block counts.
+KERNEL_SHAPES = {
+    (1, 16, 128): (64, 16, 1, TWO_SETS, False),
+    (1, 16, 640): (64, 16, 1, TWO_SETS, True),
+    (1, 2144, 128): (64, 32, 1, TWO_SETS, False),
+    (1, 544, 1664): (64, 32, 1, TWO_SETS, True),
+    (1, 4272, 256): (64, 64, 1, TWO_SETS, False),
+    (1, 592, 3200): (64, 64, 1, TWO_SETS, True),
+    (1, 8528, 16768): (64, 96, 1, TWO_SETS, False),
+    (1, 4272, 7168): (64, 96, 1, TWO_SETS, True),
+    (1, 12784, 128): (64, 128, 1, TWO_SETS, False),
+    (129, 720, 6272): (64, 128, 1, TWO_SETS, True),
+    (65, 4272, 256): (128, 64, 1, TWO_SETS, False),
+    (65, 656, 6272): (128, 64, 1, TWO_SETS, True),
+    (65, 8528, 128): (128, 96, 1, TWO_SETS, False),
+    (65, 2144, 6272): (128, 96, 1, TWO_SETS, True),
+    (65, 12784, 256): (128, 128, 1, TWO_SETS, False),
+    (129, 912, 6272): (128, 128, 1, TWO_SETS, True),
+    (1, 1696, 6272): (64, 16, 1, SPLIT_WARPGROUPS, False),  # 49 K blocks
+    (1, 1808, 7168): (64, 16, 1, SPLIT_WARPGROUPS, False),  # 56
+    (1, 2592, 6272): (64, 32, 1, SPLIT_WARPGROUPS, False),
+    (1, 3264, 19200): (64, 32, 1, SPLIT_WARPGROUPS, False),
+    (1, 1808, 19200): (64, 32, 1, SPLIT_WARPGROUPS, True),  # 2 splits of 75
+    (1, 1248, 19200): (64, 32, 1, SPLIT_WARPGROUPS, True),  # 3 splits of 50
+    (65, 12784, 16768): (128, 128, 1, ONE_SET, False),
+    (65, 3264, 19200): (128, 128, 1, ONE_SET, True),
+    (129, 8528, 19200): (128, 160, 1, ONE_SET, False),
+    (129, 784, 19200): (128, 160, 1, ONE_SET, True),
+    (65, 21184, 16768): (128, 192, 1, ONE_SET, False),
+    (300, 1136, 16768): (128, 192, 1, ONE_SET, True),
+    (129, 10656, 16768): (192, 128, 1, ONE_SET, False),
+    (129, 1248, 19200): (192, 128, 1, ONE_SET, True),
+    (6000, 528, 16768): (256, 128, 1, ONE_SET, False),
+    (6000, 80, 19200): (256, 128, 1, ONE_SET, True),
+    (200, 12784, 19200): (256, 128, 2, ONE_SET, False),
+    (200, 2144, 19200): (256, 128, 2, ONE_SET, True),
+}
