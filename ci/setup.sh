@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-# torch: keep an installed one; else 2.13.0 (a CPU wheel where this workplace provides one).
+# torch: keep an installed one; else torch 2.13.0.
 "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0"
-"$PY" -m pip install -q -e "packages/fp8gemm-core[test]" pybind11 scikit-build-core "cmake>=3.26" ninja "py-rattler-build>=0.40" nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "py-rattler>=0.10" pyyaml ruff
+"$PY" -m pip install -q -e "packages/fp8gemm-core[test]" pybind11 scikit-build-core "cmake>=3.26" ninja "py-rattler-build>=0.40" nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "py-rattler>=0.10" pyyaml ruff \
+  "kernels==0.17.2"  # Hugging Face kernels: tests/test_hub.py loads the ci/build_hub.py layout with it
 
 # nvcc for the CUDA build tests, from PyPI where the machine has none: CUDA 13.0's compiler, headers (cccl for
 # nv/target) and static runtime, all one release (tests/isa.py finds them under site-packages/nvidia/cu13/bin).

@@ -1,0 +1,108 @@
+"""ci/build_hub.py's Hugging Face `kernels` layout, loaded offline by the `kernels` library on CPU: the torch-cpu
+variant runs the reference bit-identically to the installed core under its own op namespace, an arch variant's
+bundled binaries are found by its copy of the core only, and build.toml keeps to kernel-builder's edition 5."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from isa import ROOT, build_wheel, require_tool
+
+sys.path.insert(0, str(ROOT / "ci"))
+import arches  # noqa: E402
+import build_hub  # noqa: E402
+
+kernels = pytest.importorskip("kernels")
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hub")
+    build_hub.main(["--out", str(out)])
+    return out
+
+
+def load(path: Path):
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_HUB_OFFLINE", "1")
+        return kernels.get_local_kernel(path)
+
+
+def test_cpu_variant_loads_and_matches_the_installed_core(hub):
+    import fp8gemm
+
+    kernel = load(hub)  # resolves build/torch-cpu for CPU torch
+    meta = json.loads((hub / "build" / "torch-cpu" / "metadata.json").read_text())
+    assert kernel.__name__ == meta["id"] and meta["name"] == "fp8gemm" and meta["backend"] == {"type": "cpu"}
+    x = torch.randn(33, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    w = torch.randn(128, 256, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    assert torch.equal(kernel.linear(x, *kernel.quantize_weight(w)), fp8gemm.linear(x, *fp8gemm.quantize_weight(w)))
+    assert hasattr(getattr(torch.ops, meta["id"]), "gemm") and meta["id"] != "fp8gemm"
+    assert sorted(kernel.__all__) == sorted(fp8gemm.__all__)
+    assert not list((hub / "build" / "torch-cpu" / "fp8gemm").glob("cli*.py"))  # the CLI needs rich
+
+
+def test_variant_names_are_the_ones_kernels_resolves(hub):
+    from kernels.variants import parse_variant
+
+    assert parse_variant("torch-cpu").variant_str == "torch-cpu"
+    torch_xy = "".join(torch.__version__.split("+")[0].split(".")[:2])
+    assert parse_variant(f"torch{torch_xy}-cu130-x86_64-linux").arch.backend.variant_str == "cu130"
+
+
+def test_arch_variant_finds_its_bundled_binary_and_only_its_own(tmp_path):
+    require_tool("clang++-19")
+    gfx942 = arches.by_package()["fp8gemm-rocm-gfx942"]
+    wheel = build_wheel(gfx942.package, tmp_path / "wheel", gfx942.build_env)
+    build_hub.main(["--out", str(tmp_path / "hub"), "--wheel", str(wheel)])
+    (variant,) = (tmp_path / "hub" / "build").glob("torch*-rocm63-*")
+    meta = json.loads((variant / "metadata.json").read_text())
+    assert meta["backend"] == {"type": "rocm", "archs": ["gfx942"]}
+    kernel = load(variant)  # the variant itself: CPU torch would not pick a ROCm variant
+    (backend,) = kernel.installed_backends()
+    assert backend.error is None and backend.backend.targets == ("gfx942",)
+    assert backend.distribution == "fp8gemm-hub-" + meta["id"].removeprefix("_fp8gemm_").replace("_", "-")
+    import fp8gemm
+
+    assert "gfx942" not in [b.name for b in fp8gemm.installed_backends(refresh=True)]
+
+
+def test_vendoring_refuses_a_core_that_spells_its_namespace_elsewhere(tmp_path, monkeypatch):
+    core = tmp_path / "fp8gemm"
+    core.mkdir()
+    (core / "runtime.py").write_text('LIBRARY = "fp8gemm"\n')
+    (core / "protocol.py").write_text('ENTRY_POINT_GROUP = "fp8gemm.backends"\n')
+    (core / "ops.py").write_text('@torch.library.custom_op("fp8gemm::gemm", mutates_args=())\ndef gemm(): ...\n')
+    monkeypatch.setattr(build_hub, "CORE", core)
+    with pytest.raises(SystemExit, match="fp8gemm::"):
+        build_hub.vendor_core(tmp_path / "out", "_fp8gemm_cpu_0")
+    (core / "ops.py").write_text("")
+    (core / "runtime.py").write_text('NAMESPACE = "fp8gemm"\n')
+    with pytest.raises(SystemExit, match="runtime.LIBRARY"):
+        build_hub.vendor_core(tmp_path / "out2", "_fp8gemm_cpu_0")
+
+
+# kernel-builder's build.toml, edition 5: the keys its parser accepts (deny_unknown_fields), read from
+# huggingface/kernels@8ac69fc542a4306eade0759ef7c45b4f2ae57df0 kernels-data/src/config/v5.rs.
+GENERAL = {"name", "version", "edition", "license", "upstream", "source", "backends", "cuda", "hub", "kernel-depends",
+           "neuron", "python-depends", "tpu", "xpu"}  # fmt: skip
+TORCH = {"include", "minver", "maxver", "pyext", "src", "stable-abi", "cxx-flags"}
+KERNEL = {"cuda": {"cuda-capabilities", "cuda-flags", "cuda-minver", "cxx-flags", "depends", "include", "src"},
+          "rocm": {"cxx-flags", "depends", "rocm-archs", "hip-flags", "include", "src"}}  # fmt: skip
+
+
+def test_build_toml_keeps_to_kernel_builders_edition_5(tmp_path):
+    build_hub.build_toml(tmp_path, {"cuda", "rocm"})
+    config = arches.tomllib.loads((tmp_path / "build.toml").read_text())
+    assert set(config) == {"general", "torch", "kernel"} and set(config["general"]) <= GENERAL
+    assert config["general"]["edition"] == 5 and set(config["torch"]) <= TORCH
+    assert set(config["kernel"]) == {a.module for a in arches.arches()}
+    for name, kernel in config["kernel"].items():
+        assert set(kernel) - {"backend"} <= KERNEL[kernel["backend"]], name
+        assert kernel["src"] and all((tmp_path / s).is_file() for s in kernel["src"]), name
+    assert config["kernel"]["fp8gemm_cuda_sm90a"]["cuda-capabilities"] == ["9.0a"]
+    assert config["kernel"]["fp8gemm_rocm_gfx942"]["rocm-archs"] == ["gfx942"]
