@@ -1,5 +1,6 @@
 """docs/install.md's pip path, followed as typed in a fresh clone: the core, then an arch package built
-against it (sm_120 with nvcc, gfx942 with clang++-19 as the document says), and `fp8gemm info` sees it."""
+against it (the tested sm_90a package with nvcc, gfx942 with clang++-19 as the document says), and `fp8gemm info`
+sees it."""
 
 from __future__ import annotations
 
@@ -50,17 +51,18 @@ def _installed(cwd: Path, env: dict) -> dict:
     return {b["name"]: b for b in json.loads(_run("fp8gemm info --json --device cpu", cwd, env).stdout)["installed"]}
 
 
-def test_the_documented_pip_commands_install_the_core_and_sm120(clone):
+def test_the_documented_pip_commands_install_the_core_and_sm90a(clone):
     nvcc = require_tool("nvcc")  # the doc's prerequisite: nvcc on PATH (ci/setup.sh may have it from PyPI)
     repo, env = clone
     env = {**env, "PATH": f"{Path(nvcc).parent}:{env['PATH']}"}
     commands = pip_commands()
-    assert commands[0] == "pip install ./packages/fp8gemm-core" and "--no-build-isolation" in commands[2]
+    assert commands[0] == "pip install ./packages/fp8gemm-core"
+    assert commands[2] == "pip install --no-build-isolation ./packages/fp8gemm-cuda-sm90a"  # the package tested on its GPU
     for line in commands:
         _run(line, repo, env)
-    sm120 = _installed(repo, env)["sm120"]
-    assert sm120["error"] is None and sm120["distribution"] == "fp8gemm-cuda-sm120"
-    where = _run("python -c 'import fp8gemm, fp8gemm_cuda_sm120 as m; print(fp8gemm.__file__, m.__file__)'", repo, env)
+    sm90a = _installed(repo, env)["sm90a"]
+    assert sm90a["error"] is None and sm90a["distribution"] == "fp8gemm-cuda-sm90a"
+    where = _run("python -c 'import fp8gemm, fp8gemm_cuda_sm90a as m; print(fp8gemm.__file__, m.__file__)'", repo, env)
     venv = env["VIRTUAL_ENV"]
     assert [p.startswith(venv) for p in where.stdout.split()] == [True, True], where.stdout  # what the doc installed
 
