@@ -71,3 +71,27 @@ def test_generated_wgmma_header_is_current():
     """csrc/wgmma.cuh is generated (one overload per tile width): it must match its generator."""
     gen = runpy.run_path(str(ROOT / "packages" / "fp8gemm-cuda-sm90a" / "tools" / "gen_wgmma.py"))
     assert gen["HEADER"].read_text() == gen["render"](), "run python packages/fp8gemm-cuda-sm90a/tools/gen_wgmma.py"
+
+
+DOCS = sorted(p for p in ROOT.rglob("*.md") if not {".git", "node_modules", "build"} & set(p.relative_to(ROOT).parts))
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
+RESULTS = ROOT / "bench" / "results"
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    broken = [
+        f"{doc.relative_to(ROOT)}: {target}"
+        for doc in DOCS
+        for target in LINK.findall(doc.read_text())
+        if "://" not in target and not target.startswith("mailto:") and not (doc.parent / target).exists()
+    ]
+    assert broken == []
+
+
+def test_result_files_are_named_by_gpu_date_and_subject_and_cited():
+    """bench/results keeps what README and docs cite, each named <gpu>_<date>_<subject> (no run letters)."""
+    cited = "\n".join(doc.read_text() for doc in DOCS)
+    for path in RESULTS.iterdir():
+        gpu, date, subject = re.fullmatch(r"([a-z0-9]+)_(\d{4}-\d\d-\d\d)_([a-z0-9_]+)\.\w+", path.name).groups()
+        assert gpu in {"h100", "h200", "mi300x", "rtx5090"} and all(len(word) > 1 for word in subject.split("_"))
+        assert f"bench/results/{path.name}" in cited, f"{path.name} is cited nowhere: delete it or cite it"
