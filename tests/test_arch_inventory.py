@@ -1,14 +1,18 @@
 """Every arch package under packages/ is wired into every place an arch must be named (docs/adding-an-arch.md):
-its entry point, its build through the core's CMake function, its recipe, the recipe gate, the pixi build task, the
-recipe tests and a build test. Read-only text checks, tolerant of each file's format: they look for the package's
-name (or its short name) where a human would add it."""
+its entry point, its build through the core's CMake function, its arch manifest (packages/<package>/arch.toml), its
+recipe stating the manifest's gate, and a build test; and the manifest's consumers name no arch themselves."""
 
 from __future__ import annotations
 
+import ast
 import re
+import sys
 
 import pytest
 from isa import ROOT
+
+sys.path.insert(0, str(ROOT / "ci"))
+import arches  # noqa: E402
 
 PACKAGES = sorted(p.name for p in (ROOT / "packages").glob("fp8gemm-*-*") if (p / "pyproject.toml").exists())
 GUIDE = "see docs/adding-an-arch.md"
@@ -45,21 +49,56 @@ def test_package_declares_its_backend_and_builds_with_the_core(package):
 
 
 @pytest.mark.parametrize("package", PACKAGES)
-@pytest.mark.parametrize(
-    ("place", "why"),
-    [
-        ("recipes/{package}/recipe.yaml", "its conda recipe"),
-        ("ci/render_recipes.py", "its virtual-package gate (GATES)"),
-        ("pixi.toml", "a build task in the environment of its toolchain"),
-        ("tests/test_recipes.py", "the recipe tests (ARCH_RECIPES)"),
-    ],
-)
-def test_package_is_named_in_the_packaging(package, place, why):
-    path = place.format(package=package)
-    assert package in read(path), f"{path} does not name {package}: add {why} ({GUIDE})"
+def test_package_has_a_manifest_and_a_recipe_stating_its_gate(package):
+    manifest = arches.by_package().get(package)
+    assert manifest, f"packages/{package}/arch.toml is missing ({GUIDE})"
+    assert manifest.backend == short_name(package), (
+        f"packages/{package}/arch.toml: backend must be {short_name(package)!r}"
+    )
+    recipe = read(f"recipes/{package}/recipe.yaml")
+    assert manifest.gate in recipe and f'"{manifest.gate_version}"' in recipe, (
+        f"recipes/{package}/recipe.yaml does not state the gate {manifest.gate} =={manifest.gate_version} ({GUIDE})"
+    )
+    assert (ROOT / "recipes" / "variants" / f"{manifest.toolchain}.yaml").exists(), (
+        f"packages/{package}/arch.toml: no recipes/variants/{manifest.toolchain}.yaml for its toolchain ({GUIDE})"
+    )
+
+
+def code(path: str) -> str:
+    """A Python file's code without its docstrings and comments (examples in prose are fine)."""
+    tree = ast.parse(read(path))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+        ):
+            body[0] = ast.Pass()
+    return ast.unparse(tree)
+
+
+def test_nothing_outside_the_package_folders_names_an_arch_for_the_packaging():
+    """The consumers of the manifest name no arch package themselves: adding one touches only its folders."""
+    pixi = arches.tomllib.loads(read("pixi.toml"))  # its GPU platforms are dev environments; its tasks build
+    texts = {"pixi.toml tasks": str([pixi.get("tasks"), [f.get("tasks") for f in pixi["feature"].values()]])}
+    texts |= {path: code(path) for path in ("ci/render_recipes.py", "ci/conda_offline.py", "ci/compare_sass.py")}
+    texts["ci/gpu/session.sh"] = "\n".join(line.split("#")[0] for line in read("ci/gpu/session.sh").splitlines())
+    for path, text in texts.items():
+        named = [p for p in PACKAGES if p in text or re.search(rf"\b{short_name(p)}\b", text)]
+        assert not named, f"{path} names {named}: read packages/*/arch.toml instead ({GUIDE})"
+    assert arches.table_errors() == [], "run python3 ci/arches.py tables"
 
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_package_has_a_build_test(package):
+    """CUDA packages are built and ISA-checked by tests/test_build_cuda.py from their manifest; others name theirs."""
+    if arches.by_package()[package].platform == "cuda":
+        manifest = arches.by_package()[package]
+        assert manifest.isa and manifest.isa.get("opcodes") and manifest.isa.get("kernels"), (
+            f"packages/{package}/arch.toml: [isa] lacks the SASS opcodes or the kernel count ({GUIDE})"
+        )
+        return
     tests = [p for p in (ROOT / "tests").glob("test_build_*.py") if package in p.read_text()]
     assert tests, f"no tests/test_build_*.py builds {package} (compile it without a GPU, check its ISA; {GUIDE})"
