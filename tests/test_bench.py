@@ -120,7 +120,7 @@ def test_timing_report_table_json_and_plot(tmp_path, capsys):
 
 
 def test_host_overhead_is_the_median_of_its_loops(monkeypatch):
-    """One loop's figure follows the host's state (5-13 us on one H200 machine), so the bench reports the median
+    """One loop's figure follows the host's state (5-13 us on one H200 host), so the bench reports the median
     of several loops, collection off and on alternating, with the off-loops' range."""
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)  # CPU-only test machine
     monkeypatch.setattr(bench, "time_gpu", lambda fn: 5e-6)

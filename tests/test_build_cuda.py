@@ -60,7 +60,7 @@ def test_module_exports_only_its_init(built):
     GNU_UNIQUE, unified across every library loaded into the process, so a second build of the module (an A/B
     harness, two environments' packages) could share the once-per-device shared-memory opt-in and launch without
     it. Our own statics sit in anonymous namespaces, but g++-13 emitted UNIQUE symbols from headers outside csrc/
-    (the sm120 module on the GPU machine) where g++-12 emitted none."""
+    (the sm120 module built on a Hopper host) where g++-12 emitted none."""
     package, module = built
     assert exported_symbols(require_tool("readelf"), module) == {"PyInit__C"}
 

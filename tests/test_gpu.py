@@ -1,6 +1,6 @@
 """GPU-only behaviour of every installed backend: CUDA-graph capture, streams, torch.compile, devices.
 
-Skipped without a GPU (CI has none); run on the device machine with FP8GEMM_TEST_DEVICE=cuda.
+Skipped without a GPU (CI has none); on a machine with one, run with FP8GEMM_TEST_DEVICE=cuda.
 """
 
 from __future__ import annotations

@@ -239,7 +239,7 @@ def test_fast_path_never_accepts_bad_input(fake_site, fake_gpu, bad):
     """Every bad input still raises its precise error with a backend that takes the fast path."""
     fake_gpu(H100)
     if bad.id == "a_scale-device":
-        pytest.skip("CPU plays the GPU here; there is no second device to move a_scale to")
+        pytest.skip("the fake GPU backend runs on the CPU: no second device to move a_scale to")
     ok, detail = conformance.run_bad_input(bad, "cpu", torch.float8_e4m3fn, "hopper_generic")
     assert ok, detail
 

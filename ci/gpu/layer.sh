@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Linear layer on a Hopper device machine: build (session.sh), the layer and quantization
+# The Linear layer on a machine with a Hopper GPU: build (session.sh), the layer and quantization
 # conformance on the GPU, compute-sanitizer on the quantization kernel, then the layer benchmark
 # against the peers that travel as wheels (.whl/) and DeepGEMM (third_party/dg.tar.xz).
 # Usage (GPU machine, repo root): bash ci/gpu/layer.sh [peers] [tests] [sanitize] [bench]
