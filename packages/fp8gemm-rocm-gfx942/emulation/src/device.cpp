@@ -159,7 +159,7 @@ hipError_t run_grid(const Launch& launch) {
   if (!workers) {
     set_last_error_detail(std::string(kThreadsVar) + "=" + std::getenv(kThreadsVar) +
                           ": set it to a whole number of threads from 1 to 4096, or unset it for one per CPU core");
-    return hipErrorInvalidValue;
+    return hipErrorInvalidConfiguration;  // its text carries the detail
   }
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < workers; ++t) threads.emplace_back(work);
