@@ -114,12 +114,29 @@ def test_cuda_graph_on_the_second_device(backend):
         xs, bs = x.to("cuda:1"), bias.to("cuda:1")
         fp8gemm.linear(xs, q, scale, bs, backend=backend)  # warm-up outside the capture
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # An explicit stream: torch.cuda.graph's default capture stream is made once, on the device current at the
+        # first capture in the process, and later captures on other devices would use it.
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream("cuda:1")):
             y = fp8gemm.linear(xs, q, scale, bs, backend=backend)
         y.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
     assert torch.equal(y.cpu(), want)
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_capture_on_one_device_with_tensors_on_another_is_refused(backend):
+    """Kernels for tensors on cuda:1 cannot join a graph captured on cuda:0: an error, not a graph that silently
+    misses them."""
+    x, w, bias = _layer_inputs(16, 2112, 7168)
+    with torch.no_grad():
+        q, scale = fp8gemm.quantize_weight(w.to("cuda:1"))
+        xs = x.to("cuda:1")
+        torch.cuda.set_device(0)
+        graph = torch.cuda.CUDAGraph()
+        with pytest.raises(RuntimeError, match=r"captured on cuda:0, but the tensors are on cuda:1"):
+            with torch.cuda.graph(graph, stream=torch.cuda.Stream("cuda:0")):
+                fp8gemm.linear(xs, q, scale, backend=backend)
 
 
 def _model(seed: int) -> torch.nn.Sequential:

@@ -62,6 +62,8 @@ def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
     tensor = torch.Tensor
     if type(x) is not tensor or type(weight) is not tensor or len(weight.shape) != 2:
         return None
+    if x.requires_grad and runtime.grad_enabled():  # the checked path refuses it
+        return None
     in_kind, dev = IN_KINDS.get(x.dtype), runtime.device_index(x)
     if in_kind is None or dev < 0 or dev != runtime.current_device():
         return None
@@ -71,7 +73,11 @@ def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
     shape, (n, k) = x.shape, weight.shape
     if not shape or shape[-1] != k or not k or k & 127:
         return None
-    if bias is not None and (type(bias) is not tensor or bias.shape != (n,) or runtime.device_index(bias) != dev):
+    if bias is not None and (
+        type(bias) is not tensor or bias.dtype is not x.dtype or bias.shape != (n,) or runtime.device_index(bias) != dev
+    ):
+        return None
+    if bias is not None and bias.requires_grad and runtime.grad_enabled():
         return None
     weight_lds = runtime.weight_lds(found, weight, weight_scale, k, dev)
     if weight_lds is None:
@@ -118,6 +124,7 @@ def _linear(x, weight, weight_scale, bias, pow2: bool, backend_name):
 
 
 def _checked_linear(x, weight, weight_scale, bias, pow2: bool, backend_name):
+    runtime.refuse_grad("linear", LINEAR_NAMES, (x, weight, weight_scale, bias))
     check_linear(x, weight, weight_scale, bias)
     backend_name = runtime.requested_backend(backend_name)
     _check_backend_dtype(weight, x.device, backend_name)
@@ -159,9 +166,7 @@ def linear(
     GEMM runs. A ``torch.library`` op: traces under ``torch.compile(fullgraph=True)`` and is captured by
     CUDA graphs. On CPU it runs the pure-torch reference.
     """
-    runtime.refuse_grad(
-        "linear", LINEAR_NAMES, (x, weight, weight_scale, bias)
-    )  # traced as a guard under torch.compile
     if torch.compiler.is_compiling():
+        runtime.refuse_grad("linear", LINEAR_NAMES, (x, weight, weight_scale, bias))  # traced as a guard
         return _ops.linear(x, weight, weight_scale, bias, pow2_scales, backend or "")
     return _linear(x, weight, weight_scale, bias, pow2_scales, backend)

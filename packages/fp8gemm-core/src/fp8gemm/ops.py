@@ -23,6 +23,8 @@ def try_fast_gemm(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa
     tensor = torch.Tensor
     if type(a) is not tensor or type(b) is not tensor or type(a_scale) is not tensor:
         return None
+    if (a.requires_grad or a_scale.requires_grad) and runtime.grad_enabled():  # the checked path refuses them
+        return None
     dev = runtime.device_index(a)
     if dev < 0:
         return None
@@ -146,15 +148,18 @@ def gemm(a, b, a_scale, b_scale, *, out=None, out_dtype=None, backend: str | Non
     backend: a backend name or "reference"; default ``$FP8GEMM_BACKEND``, else the best fit for the
     device. See docs/architecture.md for the full contract.
     """
-    runtime.refuse_grad("gemm", GEMM_NAMES, (a, b, a_scale, b_scale))  # traced as a guard under torch.compile
     if torch.compiler.is_compiling():
+        runtime.refuse_grad("gemm", GEMM_NAMES, (a, b, a_scale, b_scale))  # traced as a guard
         if out is not None:
             _ops.gemm_out(a, b, a_scale, b_scale, out, backend or "")
             return out
         return _ops.gemm(a, b, a_scale, b_scale, out_dtype or torch.bfloat16, backend or "")
     # Eager calls skip the op dispatcher: same code, a few microseconds less per call.
     fast = try_fast_gemm(backend, a, b, a_scale, b_scale, out, out_dtype)
-    return fast if fast is not None else run_gemm(backend, a, b, a_scale, b_scale, out, out_dtype)
+    if fast is not None:
+        return fast
+    runtime.refuse_grad("gemm", GEMM_NAMES, (a, b, a_scale, b_scale))
+    return run_gemm(backend, a, b, a_scale, b_scale, out, out_dtype)
 
 
 def prepare_weight_scale(b_scale: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:

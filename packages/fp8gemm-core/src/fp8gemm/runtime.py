@@ -37,7 +37,15 @@ def raw_stream(index: int) -> int:
 
 def on_device(device: torch.device):
     """Kernels launch on the current device: switch to the tensors' device only when it is another one."""
-    return contextlib.nullcontext() if device.index == current_device() else torch.cuda.device(device)
+    here = current_device()
+    if device.index == here:
+        return contextlib.nullcontext()
+    if capturing():  # a launch on the tensors' device would run now, outside the graph being captured here
+        raise RuntimeError(
+            f"a CUDA graph is being captured on cuda:{here}, but the tensors are on {device}: their kernels would run "
+            f"outside the graph. Capture on the tensors' device: torch.cuda.graph(g, stream=torch.cuda.Stream({device}))"
+        )
+    return torch.cuda.device(device)
 
 
 def out_kind(dtype: torch.dtype) -> int:
@@ -57,6 +65,9 @@ def grad_error(op: str, name: str) -> RuntimeError:
         f"fp8gemm.{op} has no backward, and {name} requires grad: a gradient through it would be wrong. Run "
         f"inference under torch.no_grad() or torch.inference_mode(), or pass {name}.detach()"
     )
+
+
+grad_enabled = torch.is_grad_enabled
 
 
 def refuse_grad(op: str, names: tuple[str, ...], tensors: tuple) -> None:
@@ -119,6 +130,8 @@ def weight_lds(found: FastBackend, b, b_scale, k: int, dev: int):
     """``(ldb, b_scale_ld)`` where the kernel can read the weight ``b`` [N, K] (2-D, the backend's FP8 dtype:
     the caller checked) and its scale in place on device ``dev``; None sends the call to the checked path."""
     if type(b_scale) is not torch.Tensor or b_scale.dtype is not torch.float32:
+        return None
+    if (b.requires_grad or b_scale.requires_grad) and grad_enabled():  # the checked path refuses them
         return None
     n, b_k = b.shape
     kb, nb = k >> 7, (n + 127) >> 7
