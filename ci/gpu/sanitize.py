@@ -1,4 +1,4 @@
-"""A few launches for compute-sanitizer (memcheck, racecheck): tails, split-K, fp32 out, strides."""
+"""A few launches for compute-sanitizer (memcheck, racecheck): tails, split-K, fp32 out, strides, views."""
 
 import sys
 
@@ -22,8 +22,9 @@ SHAPES = [
     (1000, 2096, 1024),
     (40, 18400, 384),
 ]
-for i, (m, n, k) in enumerate(SHAPES):
-    case = conformance.Case(m, n, k, torch.float32 if i % 2 else torch.bfloat16, i % 2 == 0, i % 3 == 0)
+CASES = [conformance.Case(m, n, k, torch.float32 if i % 2 else torch.bfloat16, i % 2 == 0, i % 3 == 0)
+         for i, (m, n, k) in enumerate(SHAPES)] + conformance.VIEW_CASES  # fmt: skip
+for case in CASES:
     r = conformance.run_case(case, "cuda", torch.float8_e4m3fn, backend)
     print(f"{case.id}: rel err {r.rel_err:.2e} {'ok' if r.passed else 'FAIL ' + r.detail}")
     assert r.passed
