@@ -57,7 +57,8 @@ def test_the_documented_pip_commands_install_the_core_and_sm90a(clone):
     env = {**env, "PATH": f"{Path(nvcc).parent}:{env['PATH']}"}
     commands = pip_commands()
     assert commands[0] == "pip install ./packages/fp8gemm-core"
-    assert commands[2] == "pip install --no-build-isolation ./packages/fp8gemm-cuda-sm90a"  # the package tested on its GPU
+    # The arch package tested on its GPU.
+    assert commands[2] == "pip install --no-build-isolation ./packages/fp8gemm-cuda-sm90a"
     for line in commands:
         _run(line, repo, env)
     sm90a = _installed(repo, env)["sm90a"]
