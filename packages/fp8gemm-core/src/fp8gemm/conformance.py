@@ -54,8 +54,8 @@ class Case:
         return f"{self.m}x{self.n}x{self.k}-" + "-".join(flags)
 
 
-def case_seed(case: Case, seed: int | None = None) -> int:
-    """The data seed of ``case`` within a suite run from ``seed`` (default :data:`DEFAULT_SEED`)."""
+def case_seed(case, seed: int | None = None) -> int:
+    """The data seed of ``case`` (any case with an ``id``) within a suite run from ``seed`` (default :data:`DEFAULT_SEED`)."""
     return ((DEFAULT_SEED if seed is None else seed) * 1_000_003 + zlib.crc32(case.id.encode())) % 2**63
 
 

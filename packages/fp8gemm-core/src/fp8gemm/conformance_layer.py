@@ -2,18 +2,18 @@
 
 Quantization must match the pure-torch reference exactly: scales bit for bit, FP8 codes equal (NaN
 codes compared as NaN). ``linear`` is held to the GEMM's tolerance against a float64 oracle on the
-same quantized operands. Fresh random data each run; outputs come from memory poisoned first.
+same quantized operands. Random data from each case's seed (printed with a failure); outputs come from memory
+poisoned first.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import random
 
 import torch
 
-from .conformance import TOLERANCE, relative_error
+from .conformance import TOLERANCE, case_seed, relative_error
 from .linear import linear
 from .ops import gemm
 from .quantize import quantize_activation, quantize_weight, reference_quantize
@@ -95,8 +95,20 @@ def _same_scales(got: torch.Tensor, want: torch.Tensor) -> bool:
     return bool(torch.equal(nan_got, nan_want) and (same | nan_want).all())
 
 
-def run_quant_case(case: QuantCase, device, backend: str | None, seed: int | None = None) -> tuple[bool, str]:
-    gen = torch.Generator(device=device).manual_seed(seed if seed is not None else random.getrandbits(63))
+def _seeded(check):
+    """``check(case, device, backend, gen)`` run on data from the case's seed (conformance.case_seed), which a
+    failure's detail names so the run repeats."""
+
+    def run(case, device, backend: str | None, seed: int | None = None) -> tuple[bool, str]:
+        data_seed = case_seed(case, seed)
+        ok, detail = check(case, device, backend, torch.Generator(device=device).manual_seed(data_seed))
+        return ok, detail if ok else f"{detail} (data seed {data_seed})"
+
+    return run
+
+
+@_seeded
+def run_quant_case(case: QuantCase, device, backend: str | None, gen: torch.Generator) -> tuple[bool, str]:
     x = _source(case, device, gen)
     poison_allocator(4 * case.m * case.k + (1 << 20), device)
     try:
@@ -139,8 +151,8 @@ LINEAR_CASES = [
 RECIPE_TOLERANCE = 6e-2
 
 
-def run_linear_case(case: LinearCase, device, backend: str | None, seed: int | None = None) -> tuple[bool, str]:
-    gen = torch.Generator(device=device).manual_seed(seed if seed is not None else random.getrandbits(63))
+@_seeded
+def run_linear_case(case: LinearCase, device, backend: str | None, gen: torch.Generator) -> tuple[bool, str]:
     k = case.shape[-1]
     x = torch.randn(case.shape, generator=gen, device=device).to(case.dtype)
     w = torch.randn(case.n, k, generator=gen, device=device) / math.sqrt(k)

@@ -116,7 +116,7 @@ def _installed_summary() -> str:
         else f"{ib.name} (BROKEN, from {ib.distribution}: {ib.error})"
         for ib in installed_backends()
     ]
-    return ", ".join(rows) if rows else "none"
+    return ", ".join(rows) if rows else "no arch package (they bring the GPU backends: docs/install.md)"
 
 
 def _suggested_packages(info: DeviceInfo) -> str:
@@ -146,8 +146,9 @@ def _select(info: DeviceInfo, requested: str | None) -> Selection:
         matches = [ib for ib in installed_backends() if ib.name == requested]
         if not matches:
             raise RuntimeError(
-                f"fp8gemm backend {requested!r} is not installed (installed: {_installed_summary()}); "
-                f"use one of those names, 'reference', or unset backend=/{ENV_VAR}"
+                f"fp8gemm backend {requested!r} is not installed. Installed: {_installed_summary()}, and 'reference' "
+                f"(pure torch, any device). Pass one of those as backend= or ${ENV_VAR}, or leave both unset to "
+                f"pick the best fit for the device"
             )
         ib = matches[0]
         if ib.backend is None:
