@@ -100,3 +100,18 @@ def test_python_dash_m_entry():
     )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["selected"]["name"] == "reference"
+
+
+def test_import_says_what_torch_to_install(monkeypatch):
+    """Without torch, or with one older than the metadata's floor, the import names the install commands."""
+    import importlib.metadata
+    import re
+
+    requirement = next(r for r in importlib.metadata.requires("fp8gemm-core") if r.startswith("torch"))
+    assert tuple(map(int, re.search(r">=\s*([\d.]+)", requirement).group(1).split("."))) == fp8gemm.TORCH_FLOOR
+    monkeypatch.setattr(torch, "__version__", "2.3.1+cu121")
+    with pytest.raises(ImportError, match=r"fp8gemm needs torch >= 2.4.*rocm6.3.*Found torch 2.3.1"):
+        fp8gemm._require_torch()
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ImportError, match=r"conda install -c conda-forge pytorch"):
+        fp8gemm._require_torch()

@@ -5,6 +5,26 @@
 """
 
 __version__ = "0.1.0"
+TORCH_FLOOR = (2, 4)  # as the package metadata requires (torch>=2.4)
+TORCH_HINT = (
+    "fp8gemm needs torch >= 2.4. CUDA or CPU: `pip install torch` or `conda install -c conda-forge pytorch`. "
+    "ROCm: `pip install torch --index-url https://download.pytorch.org/whl/rocm6.3` (conda-forge has no ROCm torch)."
+)
+
+
+def _require_torch() -> None:
+    """Say what to install when torch is missing or too old: conda's fp8gemm-core constrains torch without
+    installing it, since the ROCm build comes from PyTorch's own index."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError(TORCH_HINT) from exc
+    found = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    if found < TORCH_FLOOR:
+        raise ImportError(f"{TORCH_HINT} Found torch {torch.__version__}.")
+
+
+_require_torch()
 
 
 def get_cmake_dir() -> str:
