@@ -11,6 +11,7 @@ or a removed barrier was shown to fail here)."""
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import sys
 
@@ -19,6 +20,7 @@ import pytest
 import torch
 from conftest import cpu_tensors_play_a_gpu
 from fp8gemm import conformance, ops, registry, runtime
+from fp8gemm.protocol import LAUNCH_ARGS, PROTOCOL_VERSION, QUANTIZE_ARGS
 from fp8gemm.reference import oracle
 from isa import ROOT, require_tool
 
@@ -125,7 +127,19 @@ def test_launcher_errors_reach_python(emulator, mi300x):
     scale_mn = torch.zeros(k // 128, 8)
     args = (a.data_ptr(), b.data_ptr(), scale_mn.data_ptr(), b_scale.data_ptr(), out.data_ptr(), 0, m, n, k)
     with pytest.raises(gfx942_emulator.EmulationError, match="split-K plan needs the workspace"):
-        mi300x.launch(*args, k, k, n, 8, k // 128, 1, 0)
+        mi300x.launch(LAUNCH_ARGS.pack(*args, k, k, n, 8, k // 128, 1, 0))
+
+
+def test_arguments_of_another_protocol_version_are_refused(emulator, mi300x):
+    """The package's launcher reads the wire header before anything else, as its compiled module does."""
+    address = LAUNCH_ARGS.pack(*[0] * len(LAUNCH_ARGS.fields))
+    ctypes.c_uint32.from_address(address).value = PROTOCOL_VERSION + 1
+    with pytest.raises(
+        gfx942_emulator.EmulationError, match=r"launch: arguments of protocol version 2 .*reads version 1"
+    ):
+        mi300x.launch(address)
+    assert emulator.protocol_version() == PROTOCOL_VERSION
+    assert emulator.args_sizes() == {"launch": LAUNCH_ARGS.size, "quantize": QUANTIZE_ARGS.size}
 
 
 def test_oracle_distance_of_a_plain_fp32_product_is_within_tolerance(emulator, mi300x):

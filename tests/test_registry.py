@@ -24,7 +24,7 @@ MI300X = DeviceInfo("rocm", "Fake MI300X", ("gfx942",), "gfx942:sramecc+:xnack-"
 # A module that implements a backend in Python over raw pointers to host memory.
 POINTER_BACKEND = """
 import ctypes, torch
-from fp8gemm.protocol import Backend, ScaleLayout, MN_MAJOR, K_MAJOR, OUT_FP32
+from fp8gemm.protocol import Backend, ScaleLayout, MN_MAJOR, K_MAJOR, OUT_FP32, LAUNCH_ARGS
 from fp8gemm.reference import oracle
 
 CALLS = []
@@ -41,7 +41,10 @@ def _scale(ptr, layout, rows, cols, ld):
     return _view(ptr, torch.float32, rows, cols, *strides)
 
 def make(name, targets, platform="cuda", priority=0, a_layout=ScaleLayout(), b_layout=ScaleLayout(), fp8="float8_e4m3fn"):
-    def launch(a, b, sa, sb, out, ws, m, n, k, lda, ldb, ldo, sa_ld, sb_ld, out_kind, stream):
+    def launch(address):
+        f = LAUNCH_ARGS.unpack(address)
+        a, b, sa, sb, out, ws, m, n, k = (f[key] for key in ("a", "b", "a_scale", "b_scale", "out", "workspace", "m", "n", "k"))
+        lda, ldb, ldo, sa_ld, sb_ld, out_kind = (f[key] for key in ("lda", "ldb", "ldo", "a_scale_ld", "b_scale_ld", "out_kind"))
         CALLS.append(dict(name=name, m=m, n=n, k=k, lda=lda, ldb=ldb, ldo=ldo, sa_ld=sa_ld, sb_ld=sb_ld, out_kind=out_kind, ws=ws))
         dtype = getattr(torch, fp8)
         A, B = _view(a, dtype, m, k, lda, 1), _view(b, dtype, n, k, ldb, 1)

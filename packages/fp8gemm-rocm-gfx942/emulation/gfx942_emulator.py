@@ -28,8 +28,6 @@ PACKAGE_DIR = EMULATION_DIR.parent
 COMPILER_ENV = "FP8GEMM_GFX942_EMU_CXX"  # the clang++ to build with (default clang++-19, else clang++)
 SOURCES_ENV = "FP8GEMM_GFX942_EMU_CSRC"  # a kernel source folder to run instead of the package's csrc/
 BACKEND_NAME = "gfx942_emulated"
-_LAUNCH_ARGS = [ctypes.c_uint64] * 6 + [ctypes.c_int64] * 8 + [ctypes.c_int, ctypes.c_uint64]
-_QUANTIZE_ARGS = [ctypes.c_uint64] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 2 + [ctypes.c_uint64]
 
 
 def find_compiler() -> str | None:
@@ -79,10 +77,13 @@ class Emulator:
         self.runtime.gfx942_emu_use_cu_count.argtypes = [ctypes.c_int]
         self.runtime.gfx942_emu_decode_fp8.restype = ctypes.c_double
         self.runtime.gfx942_emu_mfma_f32_32x32x16_fp8.argtypes = [ctypes.c_void_p] * 4
-        self.kernels.fp8gemm_gfx942_emu_launch.argtypes = _LAUNCH_ARGS
+        self.kernels.fp8gemm_gfx942_emu_launch.argtypes = [ctypes.c_size_t]
+        self.kernels.fp8gemm_gfx942_emu_protocol_version.restype = ctypes.c_uint32
+        self.kernels.fp8gemm_gfx942_emu_args_size.argtypes = [ctypes.c_int]
+        self.kernels.fp8gemm_gfx942_emu_args_size.restype = ctypes.c_int64
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.argtypes = [ctypes.c_int64] * 3
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.restype = ctypes.c_int64
-        self.kernels.fp8gemm_gfx942_emu_quantize.argtypes = _QUANTIZE_ARGS
+        self.kernels.fp8gemm_gfx942_emu_quantize.argtypes = [ctypes.c_size_t]
         self.selftest.gfx942_emu_selftest_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
         self.selftest.gfx942_emu_selftest_launch.argtypes += [ctypes.c_void_p] * 2
         self.launches = 0  # GEMM launches so far: tests check the kernels (not a fallback) ran
@@ -100,22 +101,35 @@ class Emulator:
         if self.runtime.gfx942_emu_use_cu_count(cu_count) < 0:
             raise EmulationError(f"no emulated device left for {cu_count} CUs (64 distinct counts at most)")
 
-    def launch(self, *args: int) -> None:
+    def protocol_version(self) -> int:
+        return self.kernels.fp8gemm_gfx942_emu_protocol_version()
+
+    def args_sizes(self) -> dict[str, int]:
+        return {
+            "launch": self.kernels.fp8gemm_gfx942_emu_args_size(0),
+            "quantize": self.kernels.fp8gemm_gfx942_emu_args_size(1),
+        }
+
+    def launch(self, args: int) -> None:
         """``fp8gemm.protocol.LaunchFn`` on the emulator; returns when the kernels have finished."""
         self.launches += 1
-        if self.kernels.fp8gemm_gfx942_emu_launch(*args):
+        if self.kernels.fp8gemm_gfx942_emu_launch(args):
             raise EmulationError(self._error())
 
-    def quantize(self, x: int, q: int, scale: int, m: int, k: int, ldx: int, scale_ld: int, *rest: int) -> None:
+    def quantize(self, args: int) -> None:
         """``fp8gemm.protocol.QuantizeFn`` on the emulator; returns when the kernel has finished. The
         outputs are poisoned first (codes 0x80, NaN in e4m3fnuz; scales NaN), as the conformance
         suite poisons GPU memory, so an element the kernel never writes cannot match by luck."""
+        from fp8gemm.protocol import QUANTIZE_ARGS
+
+        fields = QUANTIZE_ARGS.unpack(args) if args else {}
+        q, scale, m, k, scale_ld = (fields.get(name, 0) for name in ("q", "scale", "m", "k", "scale_ld"))
         if q and scale and m > 0 and k > 0 and scale_ld > 0:  # a malformed call has nothing to poison
             ctypes.memset(q, 0x80, m * k)
             # MN-major: K block kb holds rows at scale[kb * scale_ld + row]; the last block ends at row m.
             ctypes.memset(scale, 0xFF, 4 * ((k // 128 - 1) * scale_ld + m))
         self.quantize_launches += 1
-        if self.kernels.fp8gemm_gfx942_emu_quantize(x, q, scale, m, k, ldx, scale_ld, *rest):
+        if self.kernels.fp8gemm_gfx942_emu_quantize(args):
             raise EmulationError(self._error())
 
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
@@ -160,6 +174,8 @@ class Emulator:
 def _emulated_extension(emulator: Emulator) -> types.ModuleType:
     """Stands in for the package's compiled ``_C`` module (csrc/module.cpp)."""
     module = types.ModuleType("_C")
+    module.protocol_version = emulator.protocol_version
+    module.args_sizes = emulator.args_sizes
     module.launch = emulator.launch
     module.workspace_bytes = emulator.workspace_bytes
     module.quantize = emulator.quantize

@@ -4,7 +4,25 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from .protocol import Backend, ScaleLayout
+from .protocol import MIRRORS, PROTOCOL_VERSION, Backend, ScaleLayout
+
+
+def check_protocol(module: ModuleType, package: str) -> None:
+    """Refuse a binary built for another protocol version, or whose argument structs differ from the core's mirrors."""
+    found = module.protocol_version() if hasattr(module, "protocol_version") else 0
+    if found != PROTOCOL_VERSION:
+        raise RuntimeError(
+            f"{package} was built for fp8gemm backend protocol {found or 'before versions'}, and this fp8gemm-core "
+            f"speaks protocol {PROTOCOL_VERSION}: install {package} and fp8gemm-core from the same release (or rebuild "
+            f"{package} from source against this core)"
+        )
+    sizes = dict(module.args_sizes())
+    for mirror in MIRRORS:
+        if mirror.entry in sizes and sizes[mirror.entry] != mirror.size:
+            raise RuntimeError(
+                f"{package}: its {mirror.entry} arguments are {sizes[mirror.entry]} bytes, the core's mirror "
+                f"{mirror.size}; the two were built from different fp8gemm/backend.hpp headers"
+            )
 
 
 def backend_from_module(
@@ -17,9 +35,12 @@ def backend_from_module(
     a_scale_layout: ScaleLayout,
     b_scale_layout: ScaleLayout,
     priority: int = 0,
+    grouped_layouts: tuple[int, ...] = (),
 ) -> Backend:
-    """The Backend of `module`, an arch package's `_C`: its launch, workspace_bytes and optional quantize and linear entries, its
-    build_info, and the platform and targets that build_info states (the targets a build was compiled for)."""
+    """The Backend of `module`, an arch package's `_C`: its launch, workspace_bytes and optional quantize, linear and
+    grouped entries (``grouped_layouts``: the layouts its grouped kernel takes), its build_info, and the platform and
+    targets that build_info states (the targets a build was compiled for). A binary of another protocol is refused."""
+    check_protocol(module, package)
     info = dict(module.build_info())
     targets = tuple(t for t in info.get("targets", "").split(",") if t)
     if not targets:
@@ -39,5 +60,8 @@ def backend_from_module(
         quantize=getattr(module, "quantize", None),
         linear=getattr(module, "linear", None),
         linear_workspace_bytes=getattr(module, "linear_workspace_bytes", None),
+        grouped_launch=getattr(module, "grouped_launch", None),
+        grouped_layouts=grouped_layouts if hasattr(module, "grouped_launch") else (),
+        grouped_workspace_bytes=getattr(module, "grouped_workspace_bytes", None),
         priority=priority,
     )

@@ -20,7 +20,7 @@ from .conformance import relative_error
 from .layer_peers import BF16, GEMM_ALONE, OURS, gemm_alone, layer_paths
 from .linear import linear
 from .ops import gemm, prepare_weight_scale
-from .protocol import IN_BF16, OUT_BF16
+from .protocol import IN_BF16, LAUNCH_ARGS, LINEAR_ARGS, OUT_BF16
 from .quantize import quantize_activation, quantize_weight
 
 LAYER_NK = [(2112, 7168), (7168, 2048), (4096, 7168), (24576, 1536)]
@@ -131,9 +131,26 @@ def _raw_entries(x, qw, w_scale, qx, x_scale) -> dict:
     a_ld = read_a_ld(x_scale.stride(), m, k // 128)
     ptrs = (qw.data_ptr(), w_scale.data_ptr(), out.data_ptr(), ws.data_ptr())
     return {
-        RAW_LINEAR: lambda: backend.linear(x.data_ptr(), *ptrs, m, n, k, k, k, n, b_ld, OUT_BF16, IN_BF16, 0, stream),
+        RAW_LINEAR: lambda: backend.linear(
+            LINEAR_ARGS.pack(x.data_ptr(), *ptrs, m, n, k, k, k, n, b_ld, OUT_BF16, IN_BF16, 0, stream)
+        ),
         RAW_LAUNCH: lambda: backend.launch(
-            qx.data_ptr(), qw.data_ptr(), x_scale.data_ptr(), *ptrs[1:], m, n, k, k, k, n, a_ld, b_ld, OUT_BF16, stream
+            LAUNCH_ARGS.pack(
+                qx.data_ptr(),
+                qw.data_ptr(),
+                x_scale.data_ptr(),
+                *ptrs[1:],
+                m,
+                n,
+                k,
+                k,
+                k,
+                n,
+                a_ld,
+                b_ld,
+                OUT_BF16,
+                stream,
+            )
         ),  # fmt: skip
     }
 

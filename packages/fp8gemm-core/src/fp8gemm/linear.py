@@ -10,12 +10,14 @@ from __future__ import annotations
 import torch
 
 from . import ops, registry, runtime
+from .protocol import LINEAR_ARGS
 from .quantize import kernel_quantize, quantize_rows
 from .reference import BLOCK
 from .runtime import IN_KINDS, LIBRARY
 from .validation import check_fp8, check_same_device, check_tensor, check_weight
 
 LINEAR_NAMES = ("x", "weight", "weight_scale", "bias")
+_pack_linear = LINEAR_ARGS.pack
 _GEMM_NAMES = ("x (quantized)", "weight", "the scales of x", "weight_scale")
 
 
@@ -103,8 +105,8 @@ def _launch_linear(backend, x2d, in_kind: int, weight, weight_scale, weight_lds,
     out = torch.empty((m, n), dtype=out_dtype, device=x2d.device)
     stream = runtime.raw_stream(dev)
     workspace = runtime.scratch(backend.linear_workspace_bytes(m, n, k, in_kind), x2d.device, stream)
-    backend.linear(x2d.data_ptr(), weight.data_ptr(), weight_scale.data_ptr(), out.data_ptr(), workspace, m, n, k,
-                   x2d.stride(0), ldb, n, b_scale_ld, runtime.out_kind(out_dtype), in_kind, int(pow2), stream)  # fmt: skip
+    backend.linear(_pack_linear(x2d.data_ptr(), weight.data_ptr(), weight_scale.data_ptr(), out.data_ptr(), workspace, m, n, k,
+                   x2d.stride(0), ldb, n, b_scale_ld, runtime.out_kind(out_dtype), in_kind, int(pow2), stream))  # fmt: skip
     return out
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import torch
 
 from . import registry, runtime
-from .protocol import Backend
+from .protocol import LAUNCH_ARGS, Backend
 from .reference import REFERENCE, reference_gemm
 from .runtime import LIBRARY
 from .validation import GEMM_NAMES, check_inputs, check_tensor, conform_scale
+
+_pack_launch = LAUNCH_ARGS.pack
 
 # --- fast path: the steady-state call (valid inputs, scales already in the backend's layout) ---------
 # A serving engine calls gemm thousands of times per second with the same metadata, and the general
@@ -73,8 +75,8 @@ def try_fast_gemm(backend_name, a, b, a_scale, b_scale, out, out_dtype):  # noqa
         ldo = n
     stream = runtime.raw_stream(dev)
     workspace = runtime.scratch(backend.workspace_bytes(m, n, k), a.device, stream)
-    backend.launch(*ptrs, out.data_ptr(), workspace, m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld,
-                   runtime.out_kind(out.dtype), stream)  # fmt: skip
+    backend.launch(_pack_launch(*ptrs, out.data_ptr(), workspace, m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld,
+                                runtime.out_kind(out.dtype), stream))  # fmt: skip
     return out
 
 
@@ -86,10 +88,10 @@ def launch_gemm(backend: Backend, a, b, a_scale, b_scale, out: torch.Tensor) -> 
     b_scale, b_scale_ld = conform_scale(b_scale, backend.b_scale_layout)
     stream = runtime.raw_stream(a.device.index)
     workspace = runtime.scratch(backend.workspace_bytes(m, n, k), a.device, stream)
-    backend.launch(
+    backend.launch(_pack_launch(
         a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(), workspace,
         m, n, k, a.stride(0), b.stride(0), out.stride(0), a_scale_ld, b_scale_ld, runtime.out_kind(out.dtype), stream,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def run_gemm(backend_name: str | None, a, b, a_scale, b_scale, out, out_dtype, names=GEMM_NAMES) -> torch.Tensor:

@@ -5,15 +5,76 @@ the group ``fp8gemm.backends`` whose value is a :class:`Backend`, or a zero-argu
 returns one. The core never imports an arch package by name; it only loads entry points.
 
 The compiled code behind ``Backend.launch`` takes raw device pointers, so arch binaries do not link
-libtorch and one build works with any torch >= 2.4. See docs/architecture.md for the full contract.
+libtorch and one build works with any torch >= 2.4. Each entry takes one integer: the address of its argument
+struct (``fp8gemm/backend.hpp``), packed through the struct's mirror below behind a {version, size} header; the
+core refuses a binary of another :data:`PROTOCOL_VERSION` when it loads it. See docs/architecture.md.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import struct
+import threading
 from collections.abc import Callable, Mapping
 
 ENTRY_POINT_GROUP = "fp8gemm.backends"
+PROTOCOL_VERSION = 1  # fp8gemm/backend.hpp's kProtocolVersion
+
+
+class ArgsMirror:
+    """The Python side of one argument struct of ``fp8gemm/backend.hpp`` (C layout, natural alignment), behind the
+    header ``{uint32 version, uint32 size}``: ``pack(*fields)`` writes it into a buffer this thread owns and returns
+    the address an entry takes. Codes: ``Q`` uintptr_t, ``q`` int64_t, ``i`` int."""
+
+    def __init__(self, entry: str, fields: str):
+        names, codes = zip(*(field.split(":") for field in fields.split()), strict=True)
+        self.entry, self.fields = entry, names
+        self._struct = struct.Struct("@II" + "".join(codes))
+        self.size = self._struct.size
+        self._local = threading.local()
+
+    def pack(self, *values: int) -> int:
+        """The address of this thread's copy of the struct holding ``values`` (every field, in order); valid until
+        this thread packs this struct again. Entries read it during the call, so one buffer per thread suffices."""
+        try:
+            buffer, address = self._local.buffer
+        except AttributeError:
+            buffer = ctypes.create_string_buffer(self.size)
+            address = ctypes.addressof(buffer)
+            self._local.buffer = (buffer, address)
+        self._struct.pack_into(buffer, 0, PROTOCOL_VERSION, self.size, *values)
+        return address
+
+    def unpack(self, address: int) -> dict[str, int]:
+        """The fields behind ``address`` by name, header included (for backends written in Python, and tests)."""
+        values = self._struct.unpack(ctypes.string_at(address, self.size))
+        return dict(zip(("version", "size", *self.fields), values, strict=True))
+
+
+LAUNCH_ARGS = ArgsMirror(
+    "launch",
+    "a:Q b:Q a_scale:Q b_scale:Q out:Q workspace:Q m:q n:q k:q lda:q ldb:q ldo:q a_scale_ld:q b_scale_ld:q "
+    "out_kind:i stream:Q",
+)
+QUANTIZE_ARGS = ArgsMirror("quantize", "x:Q q:Q scale:Q m:q k:q ldx:q scale_ld:q in_kind:i pow2:i stream:Q")
+LINEAR_ARGS = ArgsMirror(
+    "linear",
+    "x:Q b:Q b_scale:Q out:Q workspace:Q m:q n:q k:q ldx:q ldb:q ldo:q b_scale_ld:q out_kind:i in_kind:i pow2:i "
+    "stream:Q",
+)
+GROUPED_ARGS = ArgsMirror(
+    "grouped_launch",
+    "a:Q b:Q a_scale:Q b_scale:Q out:Q workspace:Q group_rows:Q m:q n:q k:q groups:q lda:q ldb:q ldo:q a_scale_ld:q "
+    "b_scale_ld:q a_group_stride:q b_group_stride:q out_group_stride:q a_scale_group_stride:q b_scale_group_stride:q "
+    "expected_m:q layout:i out_kind:i stream:Q",
+)
+MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS)
+
+# Grouped layouts (fp8gemm/backend.hpp GroupedLayout).
+GROUPED_CONTIGUOUS = 0  # rows grouped by expert; group_rows: int32 [groups] cumulative row ends
+GROUPED_MASKED = 1  # [groups, m, k]; group_rows: int32 [groups] rows computed per group
+GROUPED_ROW_IDS = 2  # group_rows: int32 [m] each row's group, -1 for a row not written
 
 # Layouts a kernel may ask for. The core converts caller scales into them (once, for weights,
 # through fp8gemm.prepare_weight_scale).
@@ -46,9 +107,9 @@ class ScaleLayout:
             raise ValueError(f"ScaleLayout.ld_multiple must be >= 1, got {self.ld_multiple}")
 
 
-LaunchFn = Callable[..., None]
-"""``launch(a, b, a_scale, b_scale, out, workspace, m, n, k, lda, ldb, ldout,
-a_scale_ld, b_scale_ld, out_kind, stream)``; all ints, all positional.
+LaunchFn = Callable[[int], None]
+"""``launch(LAUNCH_ARGS.pack(a, b, a_scale, b_scale, out, workspace, m, n, k, lda, ldb, ldout, a_scale_ld,
+b_scale_ld, out_kind, stream))``: the fields are integers.
 
 * ``a``: FP8 [m, k], element (i, j) at ``a + i * lda + j``; ``b``: FP8 [n, k] likewise with ``ldb``.
 * ``a_scale`` / ``b_scale``: fp32, in the backend's declared :class:`ScaleLayout` with leading
@@ -65,8 +126,8 @@ launch must be asynchronous, must not allocate, and must raise (not abort) on a 
 """
 
 
-QuantizeFn = Callable[..., None]
-"""``quantize(x, q, scale, m, k, ldx, scale_ld, in_kind, pow2, stream)``; all ints, all positional.
+QuantizeFn = Callable[[int], None]
+"""``quantize(QUANTIZE_ARGS.pack(x, q, scale, m, k, ldx, scale_ld, in_kind, pow2, stream))``.
 
 One launch turns ``x`` ([m, k], row stride ``ldx`` elements, ``in_kind`` ``IN_BF16``/``IN_FP16``/``IN_FP32``)
 into ``q`` (FP8 [m, k] contiguous, the backend's ``fp8_dtype``) and ``scale`` (fp32 [m, k/128] in the
@@ -76,15 +137,22 @@ guarantees m >= 1, k % 128 == 0, 16-byte aligned pointers and row stride; asynch
 """
 
 
-LinearFn = Callable[..., None]
-"""``linear(x, b, b_scale, out, workspace, m, n, k, ldx, ldb, ldout, b_scale_ld, out_kind, in_kind, pow2, stream)``;
-all ints, all positional.
+LinearFn = Callable[[int], None]
+"""``linear(LINEAR_ARGS.pack(x, b, b_scale, out, workspace, m, n, k, ldx, ldb, ldout, b_scale_ld, out_kind, in_kind,
+pow2, stream))``.
 
 One Linear layer: ``x`` as for :data:`QuantizeFn`, quantized exactly as ``quantize`` would, then the GEMM
 with ``b``/``b_scale`` into ``out`` as for :data:`LaunchFn`; ``workspace`` holds
 ``linear_workspace_bytes(m, n, k, in_kind)`` bytes. The result is bit for bit that of ``quantize`` then
 ``launch`` (fp8gemm/backend_module.hpp ``define_two_step_linear_entry`` builds the entry from those two).
 Guarantees as for ``launch`` and ``quantize``; asynchronous like them.
+"""
+
+
+GroupedFn = Callable[[int], None]
+"""``grouped_launch(GROUPED_ARGS.pack(...))``: ``groups`` GEMMs in one launch, in one of the grouped layouts the
+backend declares in ``grouped_layouts`` (``fp8gemm/backend.hpp`` GroupedArgs gives every field). Values in
+``group_rows`` are read by the device alone; a kernel clamps them and never reads or writes outside the tensors.
 """
 
 
@@ -111,6 +179,9 @@ class Backend:
     quantize: QuantizeFn | None = None  # optional activation-quantization kernel; else the reference runs
     linear: LinearFn | None = None  # optional: quantization + GEMM in one call (needs quantize)
     linear_workspace_bytes: Callable[[int, int, int, int], int] | None = None
+    grouped_launch: GroupedFn | None = None  # optional: grouped GEMMs (mixture of experts) in one launch
+    grouped_layouts: tuple[int, ...] = ()  # the GROUPED_* layouts grouped_launch takes
+    grouped_workspace_bytes: Callable[[int, int, int, int, int], int] | None = None  # (layout, m, n, k, groups)
 
     def __post_init__(self):
         if self.platform not in ("cuda", "rocm"):
@@ -121,3 +192,7 @@ class Backend:
             raise TypeError(f"Backend {self.name!r}: launch must be callable")
         if self.linear is not None and (self.quantize is None or not callable(self.linear_workspace_bytes)):
             raise TypeError(f"Backend {self.name!r}: a linear entry needs quantize and linear_workspace_bytes")
+        if self.grouped_launch is not None and (not self.grouped_layouts or not callable(self.grouped_workspace_bytes)):
+            raise TypeError(
+                f"Backend {self.name!r}: a grouped_launch entry needs grouped_layouts and grouped_workspace_bytes"
+            )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from . import runtime
-from .protocol import K_MAJOR, ScaleLayout
+from .protocol import K_MAJOR, QUANTIZE_ARGS, ScaleLayout
 from .reference import BLOCK, FP8_DTYPES
 from .runtime import IN_KINDS, LIBRARY
 
@@ -100,8 +100,8 @@ def kernel_quantize(backend, x2d: torch.Tensor, pow2: bool) -> tuple[torch.Tenso
     q = torch.empty((m, k), dtype=getattr(torch, backend.fp8_dtype), device=x2d.device)
     scale, ld = empty_scale(m, k // BLOCK, backend.a_scale_layout, x2d.device)
     stream = runtime.raw_stream(x2d.device.index)
-    backend.quantize(x2d.data_ptr(), q.data_ptr(), scale.data_ptr(), m, k, x2d.stride(0), ld,
-                     IN_KINDS[x2d.dtype], int(pow2), stream)  # fmt: skip
+    backend.quantize(QUANTIZE_ARGS.pack(x2d.data_ptr(), q.data_ptr(), scale.data_ptr(), m, k, x2d.stride(0), ld,
+                     IN_KINDS[x2d.dtype], int(pow2), stream))  # fmt: skip
     return q, scale
 
 

@@ -1,9 +1,14 @@
 // The C++ face of fp8gemm's backend protocol (docs/architecture.md, fp8gemm/protocol.py), shipped by
 // fp8gemm-core for arch packages to build against: fp8gemm.get_include() gives this folder.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace fp8gemm {
+
+// The protocol's version: every entry reads its arguments as one struct behind a {version, size} header
+// (Wire below) at an address the core passes, and the core refuses an arch package built for another version.
+constexpr uint32_t kProtocolVersion = 1;
 
 enum OutKind : int { kOutBF16 = 0, kOutFP32 = 1 };
 enum InKind : int { kInBF16 = 0, kInFP16 = 1, kInFP32 = 2 };
@@ -38,5 +43,37 @@ struct LinearArgs {
   int out_kind, in_kind, pow2;
   uintptr_t stream;
 };
+
+// Grouped GEMMs (mixture of experts): `groups` GEMMs with one B [n, k] each, at b + g * b_group_stride (scales
+// likewise). layout kGroupedContiguous: a and out hold m rows grouped by expert and group_rows is int32 [groups]
+// of cumulative row ends (group g = rows [ends[g-1], ends[g])); kGroupedMasked: group g's a and out start
+// g * a_group_stride / out_group_stride elements in, m is the rows per group and group_rows int32 [groups] the rows
+// to compute (the rest is neither computed nor written); kGroupedRowIds: group_rows is int32 [m], each row's
+// group (-1: not written). Values in group_rows are seen only by the device: a kernel clamps them to [0, m]
+// and [-1, groups) and never reads or writes outside the tensors. expected_m: the caller's hint of rows per
+// group (0: none). Guarantees otherwise as for LaunchArgs.
+enum GroupedLayout : int { kGroupedContiguous = 0, kGroupedMasked = 1, kGroupedRowIds = 2 };
+struct GroupedArgs {
+  uintptr_t a, b, a_scale, b_scale, out, workspace, group_rows;
+  int64_t m, n, k, groups, lda, ldb, ldo, a_scale_ld, b_scale_ld;
+  int64_t a_group_stride, b_group_stride, out_group_stride, a_scale_group_stride, b_scale_group_stride, expected_m;
+  int layout, out_kind;
+  uintptr_t stream;
+};
+
+// What crosses from Python: the header, then the arguments (fp8gemm/protocol.py mirrors each struct).
+template <class Args>
+struct Wire {
+  uint32_t version;  // kProtocolVersion
+  uint32_t size;     // sizeof(Wire<Args>)
+  Args args;
+};
+
+// The sizes the Python mirrors (fp8gemm/protocol.py) compute; a field added on one side only fails the build or
+// the core's check at load.
+static_assert(sizeof(Wire<LaunchArgs>) == 136 && offsetof(LaunchArgs, stream) == 120, "mirror: LAUNCH_ARGS");
+static_assert(sizeof(Wire<QuantizeArgs>) == 80 && offsetof(QuantizeArgs, stream) == 64, "mirror: QUANTIZE_ARGS");
+static_assert(sizeof(Wire<LinearArgs>) == 128 && offsetof(LinearArgs, stream) == 112, "mirror: LINEAR_ARGS");
+static_assert(sizeof(Wire<GroupedArgs>) == 200 && offsetof(GroupedArgs, stream) == 184, "mirror: GROUPED_ARGS");
 
 }  // namespace fp8gemm

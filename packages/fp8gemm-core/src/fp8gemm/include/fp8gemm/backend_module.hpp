@@ -1,6 +1,8 @@
 // The Python module every arch package exposes to the core (pybind11, no libtorch):
-//   launch(16 ints), workspace_bytes(m, n, k), build_info() -> dict, and optionally quantize(10 ints) and
-//   linear(16 ints) with linear_workspace_bytes(m, n, k, in_kind)
+//   launch(args), workspace_bytes(m, n, k), build_info() -> dict, protocol_version(), args_sizes() -> dict, and
+//   optionally quantize(args) and linear(args) with linear_workspace_bytes(m, n, k, in_kind), and grouped_launch(args)
+//   with grouped_workspace_bytes(layout, m, n, k, groups). Each `args` is the address of a Wire<...Args>
+//   (fp8gemm/backend.hpp) that the core packed through its mirror (fp8gemm/protocol.py).
 // An arch package's binding is then one line per entry:
 //   PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &my::launch, &my::workspace_bytes, my::build_info); }
 #pragma once
@@ -8,21 +10,28 @@
 
 #include "fp8gemm/backend.hpp"
 #include "fp8gemm/linear_steps.hpp"
+#include "fp8gemm/wire.hpp"
 
 namespace fp8gemm {
 
 template <class Launch, class WorkspaceBytes, class BuildInfo>
 void define_backend_module(pybind11::module_& m, Launch launch, WorkspaceBytes workspace_bytes, BuildInfo build_info) {
   m.doc() = "fp8gemm backend kernels; see fp8gemm.protocol for the launch contract";
+  m.def("protocol_version", [] { return kProtocolVersion; }, "The backend protocol this build speaks");
   m.def(
-      "launch",
-      [launch](uintptr_t a, uintptr_t b, uintptr_t a_scale, uintptr_t b_scale, uintptr_t out, uintptr_t workspace,
-               int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldo, int64_t a_scale_ld,
-               int64_t b_scale_ld, int out_kind, uintptr_t stream) {
-        launch(LaunchArgs{a, b, a_scale, b_scale, out, workspace, m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld,
-                          out_kind, stream});
+      "args_sizes",
+      [] {
+        pybind11::dict sizes;
+        sizes["launch"] = sizeof(Wire<LaunchArgs>);
+        sizes["quantize"] = sizeof(Wire<QuantizeArgs>);
+        sizes["linear"] = sizeof(Wire<LinearArgs>);
+        sizes["grouped_launch"] = sizeof(Wire<GroupedArgs>);
+        return sizes;
       },
-      "Enqueue one GEMM on `stream` (all arguments are integers)");
+      "Bytes of each entry's argument struct, header included (the core compares them with its mirrors)");
+  m.def(
+      "launch", [launch](uintptr_t args) { launch(read_wire<LaunchArgs>(args, "launch")); },
+      "Enqueue one GEMM: `args` is the address of a packed fp8gemm.protocol.LAUNCH_ARGS");
   m.def("workspace_bytes", workspace_bytes, "Scratch bytes launch() needs for this shape on the current device");
   m.def("build_info", build_info, "Compiler, toolkit, arch flags and kernel of this build");
 }
@@ -31,26 +40,28 @@ void define_backend_module(pybind11::module_& m, Launch launch, WorkspaceBytes w
 template <class Quantize>
 void define_quantize_entry(pybind11::module_& m, Quantize quantize) {
   m.def(
-      "quantize",
-      [quantize](uintptr_t x, uintptr_t q, uintptr_t scale, int64_t m, int64_t k, int64_t ldx, int64_t scale_ld,
-                 int in_kind, int pow2, uintptr_t stream) {
-        quantize(QuantizeArgs{x, q, scale, m, k, ldx, scale_ld, in_kind, pow2, stream});
-      },
-      "Enqueue one activation quantization on `stream` (all arguments are integers)");
+      "quantize", [quantize](uintptr_t args) { quantize(read_wire<QuantizeArgs>(args, "quantize")); },
+      "Enqueue one activation quantization: `args` is the address of a packed fp8gemm.protocol.QUANTIZE_ARGS");
 }
 
 // The optional Linear-layer entry (fp8gemm.protocol.LinearFn): quantization and GEMM in one call.
 template <class Linear, class WorkspaceBytes>
 void define_linear_entry(pybind11::module_& m, Linear linear, WorkspaceBytes workspace_bytes) {
   m.def(
-      "linear",
-      [linear](uintptr_t x, uintptr_t b, uintptr_t b_scale, uintptr_t out, uintptr_t workspace, int64_t m, int64_t n,
-               int64_t k, int64_t ldx, int64_t ldb, int64_t ldo, int64_t b_scale_ld, int out_kind, int in_kind, int pow2,
-               uintptr_t stream) {
-        linear(LinearArgs{x, b, b_scale, out, workspace, m, n, k, ldx, ldb, ldo, b_scale_ld, out_kind, in_kind, pow2, stream});
-      },
-      "Enqueue one Linear layer (activation quantization + GEMM) on `stream` (all arguments are integers)");
+      "linear", [linear](uintptr_t args) { linear(read_wire<LinearArgs>(args, "linear")); },
+      "Enqueue one Linear layer (activation quantization + GEMM): `args` is the address of a packed "
+      "fp8gemm.protocol.LINEAR_ARGS");
   m.def("linear_workspace_bytes", workspace_bytes, "Scratch bytes linear() needs for (m, n, k, in_kind) on the current device");
+}
+
+// The optional grouped-GEMM entry (fp8gemm.protocol.GroupedFn).
+template <class Grouped, class WorkspaceBytes>
+void define_grouped_entry(pybind11::module_& m, Grouped grouped, WorkspaceBytes workspace_bytes) {
+  m.def(
+      "grouped_launch", [grouped](uintptr_t args) { grouped(read_wire<GroupedArgs>(args, "grouped_launch")); },
+      "Enqueue one grouped GEMM: `args` is the address of a packed fp8gemm.protocol.GROUPED_ARGS");
+  m.def("grouped_workspace_bytes", workspace_bytes,
+        "Scratch bytes grouped_launch() needs for (layout, m, n, k, groups) on the current device");
 }
 
 // The Linear-layer entry of an arch whose layer is its quantize, then its launch (fp8gemm/linear_steps.hpp): one
