@@ -42,6 +42,7 @@ def get_include() -> str:
 
 
 from . import nn as nn  # noqa: E402  (fp8gemm.nn: Fp8Linear, convert, checkpoints)
+from .grouped import grouped_gemm, grouped_gemm_masked  # noqa: E402
 from .layouts import from_kxm_layout  # noqa: E402
 from .linear import linear  # noqa: E402
 from .ops import gemm, preferred_fp8_dtype, prepare_weight_scale  # noqa: E402
@@ -58,6 +59,8 @@ __all__ = [
     "gemm",
     "get_cmake_dir",
     "get_include",
+    "grouped_gemm",
+    "grouped_gemm_masked",
     "installed_backends",
     "linear",
     "preferred_fp8_dtype",

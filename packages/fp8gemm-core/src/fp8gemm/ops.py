@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from . import registry, runtime
+from .grouped_checks import conform_group_scale
 from .protocol import LAUNCH_ARGS, Backend
 from .reference import REFERENCE, reference_gemm
 from .runtime import LIBRARY
@@ -167,15 +168,23 @@ def gemm(a, b, a_scale, b_scale, *, out=None, out_dtype=None, backend: str | Non
 def prepare_weight_scale(b_scale: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
     """``b_scale`` converted once into the layout the backend for its device reads.
 
-    Weights are static: pass the result to every ``gemm`` call and no per-call conversion happens.
+    Weights are static: pass the result to every ``gemm`` call and no per-call conversion happens. A 3-D
+    [G, ceil(N/128), K/128] scale (one per expert, for ``grouped_gemm``) is converted group by group, each group
+    starting 16-byte aligned; the group stride is kept in the result's strides.
     """
     if not isinstance(b_scale, torch.Tensor) or b_scale.dtype != torch.float32:
         got = b_scale.dtype if isinstance(b_scale, torch.Tensor) else type(b_scale).__name__
-        raise TypeError(f"b_scale must be a torch.float32 tensor [ceil(N/128), K/128], got {got}")
-    check_tensor("b_scale", b_scale)
+        raise TypeError(f"b_scale must be a torch.float32 tensor [ceil(N/128), K/128] (or [G, ...]), got {got}")
+    if b_scale.dim() not in (2, 3):
+        raise ValueError(
+            f"b_scale must be 2-D [ceil(N/128), K/128] or 3-D [G, ceil(N/128), K/128] (one per expert), got shape "
+            f"{tuple(b_scale.shape)}"
+        )
     chosen = registry.select(b_scale.device, backend).backend
     if chosen is REFERENCE:
         return b_scale
+    if b_scale.dim() == 3:
+        return conform_group_scale(b_scale, chosen.b_scale_layout)[0]
     return conform_scale(b_scale, chosen.b_scale_layout)[0]
 
 

@@ -1,0 +1,232 @@
+"""Input checks of the grouped ops, and per-group scale layouts.
+
+Like :mod:`validation`, every check of a tensor's metadata works on fake tensors too. Values of ``offs``,
+``m_indices`` and ``masked_m`` are read only where that costs no device synchronisation (see :func:`host_can_read`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from . import runtime
+from .protocol import K_MAJOR, ScaleLayout
+from .reference import BLOCK
+from .validation import ALIGN_BYTES, OUT_DTYPES, ceil_div, check_fp8, check_same_device, ld_reader
+
+GROUPED_NAMES = ("a", "b", "a_scale", "b_scale")
+SCALE_ALIGN = ALIGN_BYTES // 4  # fp32 elements per 16 bytes: each group's scales start 16-byte aligned
+
+
+class GroupedShape(NamedTuple):
+    groups: int
+    m: int  # rows of a in all (contiguous, row ids) or per group (masked: M_max)
+    n: int
+    k: int
+
+
+def has_storage(t: torch.Tensor) -> bool:
+    """False for meta and fake tensors (torch.compile's tracing): their pointers and values cannot be read."""
+    return t.device.type != "meta" and not isinstance(t, torch._subclasses.FakeTensor)
+
+
+def check_dims(name: str, t, dims: int, what: str, fix: str = "") -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {what}, got {type(t).__name__}")
+    if t.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D {what}, got shape {tuple(t.shape)}{fix}")
+
+
+def check_rows(name: str, t: torch.Tensor) -> None:
+    """The last dim contiguous; rows, and groups (a leading dim), a multiple of 16 bytes apart; aligned start."""
+    rows, cols = t.shape[-2], t.shape[-1]
+    size = t.element_size()
+    if cols > 1 and t.stride(-1) != 1:
+        raise ValueError(
+            f"{name} must be contiguous along its last dim (strides (..., ld, 1)); got strides {tuple(t.stride())}. "
+            f"Pass {name}.contiguous()"
+        )
+    if rows > 1 and (t.stride(-2) < cols or (t.stride(-2) * size) % ALIGN_BYTES):
+        raise ValueError(
+            f"{name} row stride ({t.stride(-2)} elements) must be at least its row length {cols} and a multiple of "
+            f"{ALIGN_BYTES} bytes; pass {name}.contiguous()"
+        )
+    if t.dim() == 3 and t.shape[0] > 1 and (t.stride(0) * size) % ALIGN_BYTES:
+        raise ValueError(
+            f"{name} group stride ({t.stride(0)} elements) must be a multiple of {ALIGN_BYTES} bytes; "
+            f"pass {name}.contiguous()"
+        )
+    if has_storage(t) and t.numel() and t.data_ptr() % ALIGN_BYTES:
+        raise ValueError(f"{name} data pointer must be {ALIGN_BYTES}-byte aligned; pass {name}.clone()")
+
+
+def check_scale_shape(name: str, t, shape: tuple[int, ...], what: str) -> None:
+    check_dims(name, t, len(shape), what)
+    if t.dtype != torch.float32:
+        raise TypeError(f"{name} must be torch.float32, got {t.dtype}; pass {name}.float()")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must be {what} = {list(shape)}, got {tuple(t.shape)}")
+
+
+def check_grouped_operands(a, b, a_scale, b_scale, fp8_dtype: str | None, masked: bool) -> GroupedShape:
+    """a [M, K] (or [G, M_max, K] when ``masked``), b [G, N, K], their scales; all on one device."""
+    if masked:
+        check_dims("a", a, 3, "[G, M_max, K]", "; for rows grouped along one M use fp8gemm.grouped_gemm")
+    else:
+        check_dims("a", a, 2, "[M, K] (rows grouped by expert)", "; for [G, M_max, K] use fp8gemm.grouped_gemm_masked")
+    check_fp8("a", a, "produce it with fp8gemm.quantize_activation(x)")
+    k = a.shape[-1]
+    if k == 0 or k % BLOCK:
+        raise ValueError(f"K = {k} must be a positive multiple of {BLOCK} (the scale block); pad K with zeros")
+    check_dims("b", b, 3, "[G, N, K] (one [N, K] weight per expert)", "; stack the experts' weights: torch.stack(ws)")
+    if b.dtype != a.dtype:
+        raise TypeError(f"b has dtype {b.dtype} but a has {a.dtype}; quantize both to the same FP8 dtype")
+    if fp8_dtype is not None and str(a.dtype) != f"torch.{fp8_dtype}":
+        raise TypeError(
+            f"a and b are {a.dtype}, but this device's backend takes torch.{fp8_dtype}; quantize with "
+            f"fp8gemm.quantize_activation(x, fp8_dtype=torch.{fp8_dtype})"
+        )
+    groups, n, b_k = b.shape
+    if b_k != k:
+        raise ValueError(f"b is [G, N, K] = {tuple(b.shape)} but a has K = {k}: K differs")
+    if groups == 0:
+        raise ValueError("b holds no group (b.shape[0] = G = 0); pass at least one expert's weight")
+    if n == 0 or n % 16:
+        raise ValueError(f"N = {n} (b.shape[1]) must be a positive multiple of 16; pad the weights' rows with zeros")
+    if masked and a.shape[0] != groups:
+        raise ValueError(f"a is [G, M_max, K] = {tuple(a.shape)} but b holds G = {groups} groups (b.shape[0])")
+    m = a.shape[-2]
+    kb = k // BLOCK
+    a_what = "[G, M_max, K/128]" if masked else "[M, K/128]"
+    check_scale_shape("a_scale", a_scale, (*a.shape[:-1], kb), f"{a_what} (one scale per row per 128 of K)")
+    b_what = "[G, ceil(N/128), K/128] (one scale per 128x128 block)"
+    check_scale_shape("b_scale", b_scale, (groups, ceil_div(n, BLOCK), kb), b_what)
+    check_same_device("a", a, b=b, a_scale=a_scale, b_scale=b_scale)
+    check_rows("a", a)
+    check_rows("b", b)
+    return GroupedShape(groups, m, n, k)
+
+
+def check_group_rows(name: str, t, length: int, length_what: str, a: torch.Tensor) -> None:
+    """An int32 1-D index tensor of ``length`` entries on a's device."""
+    check_dims(name, t, 1, f"int32 [{length_what}]")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must be torch.int32, got {t.dtype}; pass {name}.to(torch.int32)")
+    if t.shape[0] != length:
+        raise ValueError(f"{name} must have {length_what} = {length} entries, got {t.shape[0]}")
+    check_same_device("a", a, **{name: t})
+
+
+def pick_row_map(offs, m_indices) -> tuple[str, torch.Tensor]:
+    """Which of ``offs`` / ``m_indices`` the caller passed: exactly one."""
+    if (offs is None) == (m_indices is None):
+        given = "both" if offs is not None else "neither"
+        raise ValueError(
+            f"pass exactly one of offs (int32 [G] cumulative row ends, PyTorch's convention) or m_indices "
+            f"(int32 [M] each row's expert, -1 to skip it, DeepGEMM's); got {given}"
+        )
+    return ("offs", offs) if offs is not None else ("m_indices", m_indices)
+
+
+def check_out(out, out_dtype, shape: tuple[int, ...], a: torch.Tensor) -> torch.dtype:
+    """``out`` (or ``out_dtype`` for a new one): bf16/fp32 of ``shape`` on a's device, rows as for a."""
+    if out is None:
+        dtype = torch.bfloat16 if out_dtype is None else out_dtype
+        if dtype not in OUT_DTYPES:
+            raise TypeError(f"out_dtype must be torch.bfloat16 or torch.float32, got {dtype}")
+        return dtype
+    what = "[G, M_max, N]" if len(shape) == 3 else "[M, N]"
+    check_dims("out", out, len(shape), what)
+    if out_dtype is not None and out_dtype != out.dtype:
+        raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}; drop out_dtype or make them agree")
+    if out.dtype not in OUT_DTYPES:
+        raise TypeError(f"out must be torch.bfloat16 or torch.float32, got {out.dtype}")
+    if out.device != a.device:
+        raise ValueError(f"out is on {out.device} but the inputs are on {a.device}; move all inputs to one device")
+    if tuple(out.shape) != shape:
+        raise ValueError(f"out must be {what} = {list(shape)}, got {tuple(out.shape)}")
+    check_rows("out", out)
+    if len(shape) == 3 and shape[0] > 1 and shape[1] and out.stride(0) < shape[1] * out.stride(1):
+        raise ValueError(f"out's groups overlap (strides {tuple(out.stride())}); pass a tensor from torch.empty")
+    return out.dtype
+
+
+# --- values: read on the host only where no device synchronisation results --------------------------------------
+
+
+def host_can_read(t: torch.Tensor, eager: bool) -> bool:
+    """CPU values always; a GPU tensor's only for an eager call outside CUDA-graph capture (one small copy)."""
+    if t.device.type == "cpu":
+        return has_storage(t)
+    if not eager or not has_storage(t):
+        return False
+    return t.device.type != "cuda" or not runtime.capturing()
+
+
+def check_offs_values(offs: torch.Tensor, m: int) -> None:
+    ends = offs.tolist() if offs.device.type == "cpu" else offs.cpu().tolist()  # one copy of G integers
+    if ends and ends[0] < 0:
+        raise ValueError(f"offs[0] = {ends[0]} is negative; offs holds cumulative row ends, each in [0, M = {m}]")
+    for g in range(1, len(ends)):
+        if ends[g] < ends[g - 1]:
+            raise ValueError(
+                f"offs must be non-decreasing (cumulative row ends: group g is rows [offs[g-1], offs[g])), got "
+                f"offs[{g}] = {ends[g]} < offs[{g - 1}] = {ends[g - 1]}; pass torch.cumsum(rows_per_group, 0)"
+            )
+    if ends and ends[-1] > m:
+        raise ValueError(
+            f"offs[-1] = {ends[-1]} is past M = {m} (a.shape[0]): a group would end past a's last row; offs[-1] "
+            f"may be at most M (rows past it are not written)"
+        )
+
+
+def check_m_indices_values(m_indices: torch.Tensor, groups: int) -> None:
+    if m_indices.numel() and (int(m_indices.min()) < -1 or int(m_indices.max()) >= groups):
+        bad = m_indices[(m_indices < -1) | (m_indices >= groups)][0]
+        raise ValueError(
+            f"m_indices holds {int(bad)}, outside [-1, G = {groups}): each row's expert is in [0, G), or -1 to skip it"
+        )
+
+
+def check_masked_m_values(masked_m: torch.Tensor, m_max: int) -> None:
+    if masked_m.numel() and (int(masked_m.min()) < 0 or int(masked_m.max()) > m_max):
+        bad = masked_m[(masked_m < 0) | (masked_m > m_max)][0]
+        raise ValueError(f"masked_m holds {int(bad)}, outside [0, M_max = {m_max}] (a.shape[1]): rows per group")
+
+
+# --- per-group scale layouts -------------------------------------------------------------------------------------
+
+
+def group_scale_layout(scale: torch.Tensor, layout: ScaleLayout) -> tuple[int, int] | None:
+    """``(ld, group_stride)`` when every group of the 3-D ``scale`` is in ``layout`` with a 16-byte aligned start."""
+    groups, rows, cols = scale.shape
+    ld = ld_reader(layout)(scale.stride()[1:], rows, cols)
+    group_stride = scale.stride(0)
+    if ld is None or (groups > 1 and group_stride % SCALE_ALIGN):
+        return None
+    if has_storage(scale) and scale.data_ptr() % ALIGN_BYTES:
+        return None
+    return ld, group_stride
+
+
+def conform_group_scale(scale: torch.Tensor, layout: ScaleLayout) -> tuple[torch.Tensor, int, int]:
+    """The 3-D ``scale`` [G, rows, cols] with every group in ``layout`` (a copy only when it is not), its leading
+    dimension and its group stride (elements, a multiple of 16 bytes)."""
+    found = group_scale_layout(scale, layout)
+    if found is not None:
+        return scale, *found
+    groups, rows, cols = scale.shape
+    if layout.order == K_MAJOR:
+        ld = max(ceil_div(cols, layout.ld_multiple) * layout.ld_multiple, 1)
+        inner = (ld, 1)
+        per_group = rows * ld
+    else:
+        ld = max(ceil_div(rows, layout.ld_multiple) * layout.ld_multiple, layout.ld_multiple)
+        inner = (1, ld)
+        per_group = cols * ld
+    group_stride = ceil_div(per_group, SCALE_ALIGN) * SCALE_ALIGN
+    flat = scale.new_empty(groups * group_stride)
+    conformed = flat.as_strided((groups, rows, cols), (group_stride, *inner))
+    conformed.copy_(scale)
+    return conformed, ld, group_stride
