@@ -2,6 +2,7 @@
 // the HIP runtime API, compiled by the host compiler.
 #include <hip/hip_runtime_api.h>
 
+#include <climits>
 #include <stdexcept>
 #include <string>
 
@@ -46,6 +47,47 @@ void launch(const fp8gemm::LaunchArgs& args) {
     check(enqueue_reduce(p, g.grid_z, static_cast<int>(blocks < 8 * cu_count() ? blocks : 8 * cu_count()), stream),
           "split-K reduction launch");
   }
+}
+
+namespace {
+
+// The kernel's parameter block; the host checks sizes only (group_rows is the device's to clamp).
+GroupedParams grouped_params(const fp8gemm::GroupedArgs& args, const GroupedGeometry& g) {
+  const bool masked = args.layout == fp8gemm::kGroupedMasked;
+  GroupedParams p{};
+  p.a = reinterpret_cast<const uint8_t*>(args.a);
+  p.b = reinterpret_cast<const uint8_t*>(args.b);
+  p.a_scale = reinterpret_cast<const float*>(args.a_scale);
+  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
+  p.out = reinterpret_cast<void*>(args.out);
+  p.group_rows = reinterpret_cast<const int32_t*>(args.group_rows);
+  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
+  p.groups = static_cast<int>(args.groups);
+  p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
+  p.a_gs = masked ? args.a_group_stride : 0, p.out_gs = masked ? args.out_group_stride : 0;
+  p.sa_gs = masked ? args.a_scale_group_stride : 0;
+  p.b_gs = args.b_group_stride, p.sb_gs = args.b_scale_group_stride;
+  p.masked = masked, p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
+  p.tiles_per_group = static_cast<int>(g.tiles_per_group);
+  return p;
+}
+
+}  // namespace
+
+int64_t grouped_workspace_bytes(int, int64_t, int64_t, int64_t, int64_t) { return 0; }  // no split-K
+
+void grouped_launch(const fp8gemm::GroupedArgs& args) {
+  if (args.layout != fp8gemm::kGroupedContiguous && args.layout != fp8gemm::kGroupedMasked)
+    throw std::invalid_argument("fp8gemm-rocm-gfx942: grouped layout " + std::to_string(args.layout) +
+                                " is not supported (contiguous and masked are)");
+  if (args.m < 0 || args.groups < 0 || args.m > INT_MAX || args.groups > INT_MAX || args.n > INT_MAX || args.k > INT_MAX)
+    throw std::invalid_argument("fp8gemm-rocm-gfx942: grouped sizes must lie in [0, 2^31)");
+  if (args.m == 0 || args.groups == 0) return;  // no rows: nothing to write
+  const GroupedGeometry g = grouped_geometry(args.layout == fp8gemm::kGroupedMasked, args.m, args.n, args.groups,
+                                             args.expected_m);
+  if (g.grid_y > INT_MAX || g.grid_x > INT_MAX)
+    throw std::invalid_argument("fp8gemm-rocm-gfx942: grouped GEMM of more than 2^31 row tiles");
+  check(enqueue_grouped(grouped_params(args, g), g, reinterpret_cast<void*>(args.stream)), "grouped GEMM kernel launch");
 }
 
 void quantize(const fp8gemm::QuantizeArgs& args) {

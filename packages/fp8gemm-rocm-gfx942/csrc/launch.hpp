@@ -12,11 +12,33 @@ namespace fp8gemm_gfx942 {
 
 using Params = fp8gemm::GemmParams;  // A and B FP8 e4m3fnuz
 
+// One grouped launch as a kernel parameter block (fp8gemm::GroupedArgs with typed pointers). Contiguous: the
+// A/out/A-scale group strides are 0 (one matrix of m rows). Masked: m is M_max.
+struct GroupedParams {
+  const uint8_t* a;           // [rows, k] FP8 per group at a + g * a_gs, row stride lda
+  const uint8_t* b;           // [n, k] FP8 per group at b + g * b_gs, row stride ldb
+  const float* a_scale;       // MN-major per group at a_scale + g * sa_gs: [kb * sa_ld + row]
+  const float* b_scale;       // K-major per group at b_scale + g * sb_gs: [(n / 128) * sb_ld + kb]
+  void* out;                  // bf16 or fp32 per group at out + g * out_gs elements, row stride ldo
+  const int32_t* group_rows;  // contiguous: cumulative row ends; masked: rows per group (device values, clamped)
+  int m, n, k, groups;
+  int64_t lda, ldb, ldo, sa_ld, sb_ld;
+  int64_t a_gs, b_gs, out_gs, sa_gs, sb_gs;
+  int masked, out_fp32;
+  int tiles_per_group;  // masked: row tiles per group
+};
+
 int cu_count();
+
+// The grouped entry (csrc/module.cpp binds it through define_grouped_entry): contiguous and masked layouts.
+void grouped_launch(const fp8gemm::GroupedArgs& args);
+int64_t grouped_workspace_bytes(int layout, int64_t m, int64_t n, int64_t k, int64_t groups);
 
 // Defined in kernels.hip: enqueue the GEMM tiles / the split-K reduction; return a hipError_t.
 int enqueue_gemm(const Params& p, const Geometry& g, void* stream);
 int enqueue_reduce(const Params& p, int splits, int blocks, void* stream);
+// Defined in grouped.hip: enqueue one grouped GEMM; return a hipError_t.
+int enqueue_grouped(const GroupedParams& p, const GroupedGeometry& g, void* stream);
 // Defined in quantize.hip: enqueue one activation quantization (in_kind: fp8gemm::InKind).
 int enqueue_quantize(const fp8gemm::QuantizeParams& p, int in_kind, void* stream);
 

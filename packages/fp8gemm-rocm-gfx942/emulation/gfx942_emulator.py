@@ -1,12 +1,12 @@
 """The gfx942 (MI300X) kernels executed on the CPU, for tests without an MI300X.
 
-``build()`` compiles the package's kernel sources (``csrc/kernels.hip``, ``csrc/quantize.hip`` and
+``build()`` compiles the package's kernel sources (``csrc/kernels.hip``, ``csrc/grouped.hip``, ``csrc/quantize.hip`` and
 the host launcher ``csrc/launch.cpp``, unchanged) with clang++ for the host against this folder's emulated HIP
 headers and runtime: each workgroup's work-items run as fibers in 64-lane wavefronts, LDS is
 per-workgroup memory, barriers and MFMA are rendezvous points, and MFMA follows AMD's documented
 register layout (src/mfma.cpp). ``Emulator.backend()`` wraps the result in the package's own
-:class:`fp8gemm.protocol.Backend` descriptor, so ``fp8gemm.gemm`` and ``fp8gemm.quantize_activation``
-validate and launch it as they would on an MI300X, with CPU tensors in ``torch.float8_e4m3fnuz``.
+:class:`fp8gemm.protocol.Backend` descriptor, so ``fp8gemm.gemm``, ``fp8gemm.quantize_activation`` and the grouped
+GEMMs validate and launch it as they would on an MI300X, with CPU tensors in ``torch.float8_e4m3fnuz``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def build(build_dir: Path, csrc: Path | None = None, compiler: str | None = None
     if not compiler:
         raise RuntimeError(f"no clang++ found to build the gfx942 emulator; install clang-19 or set {COMPILER_ENV}")
     csrc = Path(csrc or kernel_sources())
-    missing = [name for name in ("kernels.hip", "quantize.hip", "launch.cpp") if not (csrc / name).is_file()]
+    sources = ("kernels.hip", "grouped.hip", "quantize.hip", "launch.cpp")
+    missing = [name for name in sources if not (csrc / name).is_file()]
     if missing:
         raise ValueError(f"csrc={csrc} has no {', '.join(missing)}; point it at a copy of the package's csrc/")
     configure = [
@@ -84,10 +85,14 @@ class Emulator:
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.argtypes = [ctypes.c_int64] * 3
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.restype = ctypes.c_int64
         self.kernels.fp8gemm_gfx942_emu_quantize.argtypes = [ctypes.c_size_t]
+        self.kernels.fp8gemm_gfx942_emu_grouped_launch.argtypes = [ctypes.c_size_t]
+        self.kernels.fp8gemm_gfx942_emu_grouped_workspace_bytes.argtypes = [ctypes.c_int] + [ctypes.c_int64] * 4
+        self.kernels.fp8gemm_gfx942_emu_grouped_workspace_bytes.restype = ctypes.c_int64
         self.selftest.gfx942_emu_selftest_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
         self.selftest.gfx942_emu_selftest_launch.argtypes += [ctypes.c_void_p] * 2
         self.launches = 0  # GEMM launches so far: tests check the kernels (not a fallback) ran
         self.quantize_launches = 0
+        self.grouped_launches = 0
         self.use_cu_count(304)
 
     def _error(self) -> str:
@@ -108,6 +113,7 @@ class Emulator:
         return {
             "launch": self.kernels.fp8gemm_gfx942_emu_args_size(0),
             "quantize": self.kernels.fp8gemm_gfx942_emu_args_size(1),
+            "grouped_launch": self.kernels.fp8gemm_gfx942_emu_args_size(2),
         }
 
     def launch(self, args: int) -> None:
@@ -131,6 +137,18 @@ class Emulator:
         self.quantize_launches += 1
         if self.kernels.fp8gemm_gfx942_emu_quantize(args):
             raise EmulationError(self._error())
+
+    def grouped_launch(self, args: int) -> None:
+        """``fp8gemm.protocol.GroupedFn`` on the emulator; returns when the kernel has finished."""
+        self.grouped_launches += 1
+        if self.kernels.fp8gemm_gfx942_emu_grouped_launch(args):
+            raise EmulationError(self._error())
+
+    def grouped_workspace_bytes(self, layout: int, m: int, n: int, k: int, groups: int) -> int:
+        size = self.kernels.fp8gemm_gfx942_emu_grouped_workspace_bytes(layout, m, n, k, groups)
+        if size < 0:
+            raise EmulationError(self._error())
+        return size
 
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
         size = self.kernels.fp8gemm_gfx942_emu_workspace_bytes(m, n, k)
@@ -162,7 +180,8 @@ class Emulator:
 
     def backend(self):
         """The package's Backend descriptor (src/fp8gemm_rocm_gfx942/backend.py: FP8 dtype, scale
-        layouts) with the emulated kernels behind ``launch`` and ``quantize``, named ``gfx942_emulated``."""
+        layouts, grouped layouts) with the emulated kernels behind ``launch``, ``quantize`` and ``grouped_launch``,
+        named ``gfx942_emulated``."""
         module = _emulated_extension(self)
         descriptor = _package_backend_module(module).load()
         info = dict(descriptor.build_info, emulated="CPU, gfx942 emulator (fibers, documented MFMA layout)")
@@ -179,11 +198,14 @@ def _emulated_extension(emulator: Emulator) -> types.ModuleType:
     module.launch = emulator.launch
     module.workspace_bytes = emulator.workspace_bytes
     module.quantize = emulator.quantize
+    module.grouped_launch = emulator.grouped_launch
+    module.grouped_workspace_bytes = emulator.grouped_workspace_bytes
     module.build_info = lambda: {
         "compiler": find_compiler() or "",
         "targets": "gfx942",  # what the kernels are written for; build_info's "emulated" says where they run
         "kernel": f"{kernel_sources() / 'kernels.hip'}",
         "quantize_kernel": f"{kernel_sources() / 'quantize.hip'}",
+        "grouped_kernel": f"{kernel_sources() / 'grouped.hip'}",
     }
     return module
 

@@ -1,7 +1,7 @@
 """The backend descriptor the core loads through the ``fp8gemm.backends`` entry point."""
 
 from fp8gemm.arch_module import backend_from_module
-from fp8gemm.protocol import K_MAJOR, MN_MAJOR, Backend, ScaleLayout
+from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, K_MAJOR, MN_MAJOR, Backend, ScaleLayout
 
 from . import __version__
 
@@ -10,7 +10,8 @@ def load() -> Backend:
     from . import _C  # an ImportError here is reported by `fp8gemm info`, not swallowed
 
     # FP8 e4m3fnuz: MI300X's FP8 (max 240), what its MFMA FP8 instructions read; a tile's row scales are
-    # contiguous per K block.
+    # contiguous per K block. Grouped GEMMs: contiguous and masked layouts, one launch each (csrc/grouped.hip).
     return backend_from_module(_C, name="gfx942", package="fp8gemm-rocm-gfx942", version=__version__,
                                fp8_dtype="float8_e4m3fnuz", a_scale_layout=ScaleLayout(MN_MAJOR, 4),
-                               b_scale_layout=ScaleLayout(K_MAJOR, 1))  # fmt: skip
+                               b_scale_layout=ScaleLayout(K_MAJOR, 1),
+                               grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED))  # fmt: skip
