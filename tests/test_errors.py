@@ -44,6 +44,28 @@ def _gemm(**change):
     return call
 
 
+def _grouped(op="grouped_gemm", **change):
+    """A grouped call with two experts (rows 3 and 1) whose arguments differ from a good call in ``change`` only."""
+
+    def call():
+        x, b, b_scale, _ = _good()
+        a, a_scale = fp8gemm.quantize_activation(x)
+        experts, experts_scale = torch.stack([b, b]), torch.stack([b_scale, b_scale])
+        if op == "grouped_gemm":
+            args = {"a": a, "b": experts, "a_scale": a_scale, "b_scale": experts_scale, "offs": _i32([3, 4])}
+        else:
+            args = {"a": a.view(2, 2, -1), "b": experts, "a_scale": a_scale.view(2, 2, -1),
+                    "b_scale": experts_scale, "masked_m": _i32([2, 1])}  # fmt: skip
+        args.update({key: make(args.get(key)) for key, make in change.items()})
+        return getattr(fp8gemm, op)(**args)
+
+    return call
+
+
+def _i32(values):
+    return torch.tensor(values, dtype=torch.int32, device=DEVICE)
+
+
 def _other_device(t):
     return t.to("meta") if t.device.type != "meta" else t
 
@@ -78,13 +100,27 @@ BAD = [
     ("quantize_activation-fp8_dtype", lambda: fp8gemm.quantize_activation(torch.randn(4, 128), fp8_dtype=torch.float16), TypeError, ["fp8_dtype must be one of"]),
     ("quantize_weight-w-3d", lambda: fp8gemm.quantize_weight(torch.randn(2, 4, 128)), ValueError, ["w must be 2-D"]),
     ("quantize_weight-w-int", lambda: fp8gemm.quantize_weight(torch.ones(4, 128, dtype=torch.int32)), TypeError, ["w must be a bfloat16/float16/float32"]),
-    ("prepare_weight_scale-3d", lambda: fp8gemm.prepare_weight_scale(torch.ones(1, 1, 2)), ValueError, ["b_scale must be 2-D"]),
+    ("prepare_weight_scale-4d", lambda: fp8gemm.prepare_weight_scale(torch.ones(1, 1, 1, 2)), ValueError, ["b_scale must be 2-D", "or 3-D [G, ceil(N/128), K/128]"]),
     ("prepare_weight_scale-bf16", lambda: fp8gemm.prepare_weight_scale(torch.ones(1, 2, dtype=torch.bfloat16)), TypeError, ["b_scale must be a torch.float32"]),
     # gemm under its own names (its full table: conformance.BAD_INPUTS)
     ("gemm-b-bf16", _gemm(b=lambda t: t.bfloat16()), TypeError, ["b has dtype torch.bfloat16 but a has"]),
     ("gemm-b_scale-shape", _gemm(b_scale=lambda t: t[:, :1]), ValueError, ["b_scale must be [ceil(N/128), K/128]"]),
     ("gemm-backend", _gemm(), None, []),  # the good call runs: the table's inputs differ from it in one thing only
     ("backend-unknown", lambda: fp8gemm.linear(*_good(), backend="no-such"), RuntimeError, ["'no-such' is not installed"]),
+    # grouped ops under their own names (their full table: conformance_grouped.BAD_INPUTS)
+    ("grouped_gemm-good", _grouped(), None, []),
+    ("grouped_gemm_masked-good", _grouped("grouped_gemm_masked"), None, []),
+    ("grouped_gemm-b-2d", _grouped(b=lambda t: t[0]), ValueError, ["b must be 3-D [G, N, K]", "torch.stack"]),
+    ("grouped_gemm-offs-int64", _grouped(offs=lambda t: t.long()), TypeError, ["offs must be torch.int32", "offs.to(torch.int32)"]),
+    ("grouped_gemm-offs-decreasing", _grouped(offs=lambda t: _i32([3, 2])), ValueError, ["offs must be non-decreasing", "torch.cumsum"]),
+    ("grouped_gemm-offs-past-m", _grouped(offs=lambda t: _i32([3, 5])), ValueError, ["offs[-1] = 5 is past M = 4"]),
+    ("grouped_gemm-offs-and-m_indices", _grouped(m_indices=lambda t: _i32([0, 0, 0, 1])), ValueError, ["pass exactly one of offs", "m_indices"]),
+    ("grouped_gemm-b_scale-2d", _grouped(b_scale=lambda t: t[0]), ValueError, ["b_scale must be 3-D [G, ceil(N/128), K/128]"]),
+    ("grouped_gemm-b_scale-device", _grouped(b_scale=_other_device), ValueError, ["b_scale is on meta", "move all inputs"]),
+    ("grouped_gemm_masked-a-2d", _grouped("grouped_gemm_masked", a=lambda t: t[0]), ValueError, ["a must be 3-D [G, M_max, K]", "fp8gemm.grouped_gemm"]),
+    ("grouped_gemm_masked-masked_m-length", _grouped("grouped_gemm_masked", masked_m=lambda t: t[:1]), ValueError, ["masked_m must have G = 2 entries"]),
+    ("grouped_gemm_masked-masked_m-device", _grouped("grouped_gemm_masked", masked_m=_other_device), ValueError, ["masked_m is on meta"]),
+    ("grouped_gemm_masked-expected_m", _grouped("grouped_gemm_masked", expected_m=lambda t: -1), ValueError, ["expected_m must be >= 0"]),
 ]  # fmt: skip
 
 
