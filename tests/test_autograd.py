@@ -29,6 +29,7 @@ def _calls():
     w = torch.randn(128, 256, device=DEVICE)
     grad = {"x": x.requires_grad_(), "bias": bias.clone().requires_grad_(), "a_scale": a_scale.clone().requires_grad_()}
     layer = fp8gemm.nn.Fp8Linear(256, 128, device=DEVICE)
+    offs = torch.tensor([4], dtype=torch.int32, device=DEVICE)  # one expert, every row; masked: 4 rows of 4
     return [
         ("linear", "x", lambda: fp8gemm.linear(grad["x"], q, scale)),
         ("linear", "bias", lambda: fp8gemm.linear(x.detach(), q, scale, grad["bias"])),
@@ -36,6 +37,12 @@ def _calls():
         ("quantize_weight", "w", lambda: fp8gemm.quantize_weight(w.requires_grad_())),
         ("gemm", "a_scale", lambda: fp8gemm.gemm(a, q, grad["a_scale"], scale)),
         ("linear", "x", lambda: layer(grad["x"])),  # Fp8Linear.forward
+        ("grouped_gemm", "a_scale", lambda: fp8gemm.grouped_gemm(a, q[None], grad["a_scale"], scale[None], offs)),
+        (
+            "grouped_gemm_masked",
+            "a_scale",
+            lambda: fp8gemm.grouped_gemm_masked(a[None], q[None], grad["a_scale"][None], scale[None], offs),
+        ),
     ]
 
 
