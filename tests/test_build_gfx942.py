@@ -46,8 +46,10 @@ def _disassembly(gfx942_dir, unit: str = "kernels") -> str:
     return subprocess.run([objdump, "-d", "--mcpu=gfx942", str(elf)], capture_output=True, text=True, check=True).stdout
 
 
-def test_isa_has_fp8_mfma_and_no_scratch(gfx942_dir):
-    asm = _disassembly(gfx942_dir)
+@pytest.mark.parametrize("unit", ["kernels", "grouped"])
+def test_isa_has_fp8_mfma_and_no_scratch(gfx942_dir, unit):
+    """The dense GEMM and the grouped one: the same tile code (csrc/tile.hpp), each in both tile configs."""
+    asm = _disassembly(gfx942_dir, unit)
     ops = re.findall(r"^\s+(v_mfma\w+|global_load_dwordx4|ds_write_b128|scratch_\w+|buffer_store\w*)\b", asm, re.M)
     mfma = [op for op in ops if op.startswith("v_mfma")]
     assert set(mfma) == {"v_mfma_f32_32x32x16_fp8_fp8"}, set(mfma)
@@ -76,9 +78,10 @@ def _report_field(text: str, key: str) -> int:
 
 def test_resource_usage_no_spills_lds_fits(gfx942_dir):
     isa = gfx942_dir / "fp8gemm_rocm_gfx942" / "isa"
-    report = (isa / "kernels-resource-usage.txt").read_text() + (isa / "quantize-resource-usage.txt").read_text()
+    report = "".join((isa / f"{unit}-resource-usage.txt").read_text() for unit in ("kernels", "grouped", "quantize"))
     kernels = re.split(r"remark: Function Name: ", report)[1:]
-    assert len(kernels) == 3 + 3  # two tile configs + split-K reduction; quantization from bf16, fp16, fp32
+    # two tile configs + split-K reduction; grouped in two tile configs; quantization from bf16, fp16, fp32
+    assert len(kernels) == 3 + 2 + 3
     for text in kernels:
         name = text.split()[0]
         field = functools.partial(_report_field, text)
@@ -134,14 +137,35 @@ def test_backend_registers_and_is_chosen_for_an_mi300x(gfx942_dir, gfx942_module
         registry.installed_backends(refresh=True)
 
 
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(0, 700), min_size=1, max_size=256), tail=st.integers(0, 300), hint=st.integers(0, 64))
+def test_grouped_grid_has_a_row_tile_for_every_split(gfx942_module, sizes, tail, hint):
+    """Contiguous: the grid covers the row tiles of any split of m rows into the groups (the device clamps the ends,
+    so the groups hold at most m rows); masked: every group's M_max rows."""
+    m, groups = sum(sizes) + tail, len(sizes)
+    if m == 0:
+        return
+    plan = gfx942_module.grouped_plan(False, m, 4096, groups, hint)
+    bm, (gx, gy) = plan["block_m"], plan["grid"]
+    assert gx == 32 and bm == (32 if (hint or -(-m // groups)) <= 32 else 128)
+    assert sum(-(-rows // bm) for rows in sizes) <= gy <= -(-m // bm) + groups - 1
+    ones = min(groups, m) - 1
+    worst = [1] * ones + [m - ones]  # single rows (a tile each), then the rest
+    assert sum(-(-rows // bm) for rows in worst) <= gy
+    masked = gfx942_module.grouped_plan(True, m, 4096, groups, hint)
+    per = -(-m // masked["block_m"])
+    assert masked["tiles_per_group"] == per and masked["grid"] == (32, groups * per)
+
+
 def test_kernels_also_compile_against_the_hip_runtime_headers(tmp_path):
     """The hipcc build path (FP8GEMM_HIP_HEADERS: <hip/hip_runtime.h>) compiles too, here against
     Debian's HIP 5.2 headers; ROCm 6.3's own hipcc is not available on these machines."""
     clang = require_tool("clang++-19")
     pkg = ROOT / "packages" / "fp8gemm-rocm-gfx942"
-    cmd = [clang, "-x", "hip", "-std=c++17", "-O3", "--offload-arch=gfx942:sramecc+:xnack-", "-nogpulib",
-           "-DFP8GEMM_HIP_HEADERS", "-D__HIP_PLATFORM_AMD__", f"-I{pkg / 'csrc'}", f"-I{fp8gemm.get_include()}",
-           "-c", str(pkg / "csrc" / "kernels.hip"), "-o", str(tmp_path / "kernels.o")]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert (tmp_path / "kernels.o").stat().st_size > 0
+    for unit in ("kernels", "grouped"):
+        cmd = [clang, "-x", "hip", "-std=c++17", "-O3", "--offload-arch=gfx942:sramecc+:xnack-", "-nogpulib",
+               "-DFP8GEMM_HIP_HEADERS", "-D__HIP_PLATFORM_AMD__", f"-I{pkg / 'csrc'}", f"-I{fp8gemm.get_include()}",
+               "-c", str(pkg / "csrc" / f"{unit}.hip"), "-o", str(tmp_path / f"{unit}.o")]  # fmt: skip
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert (tmp_path / f"{unit}.o").stat().st_size > 0

@@ -21,8 +21,11 @@ from fp8gemm.reference import BLOCK, oracle
 FP8 = test_gfx942_emulation.FP8
 emulator, mi300x = test_gfx942_emulation.emulator, test_gfx942_emulation.mi300x  # built once for the test run
 OUT_DTYPES = (torch.bfloat16, torch.float32)
-GUARD_ROWS, GUARD_COLS = 3, 16  # NaN around out: rows before and after, columns past N in every row
+# NaN around out: rows before it, rows after it (a whole tile, so a kernel that stores a full tile past the end is
+# reported, not a crash), columns past N in every row.
+GUARD_ROWS, GUARD_AFTER, GUARD_COLS = 8, 128, 16
 BASE_SEED = 4500
+SPARE_ROWS = 128  # A and its scales continue this far past their end (finite values), for a kernel that reads there
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +83,11 @@ MASKED = [
     Problem("one-group", True, 50, 16, 128, (33,), seed=BASE_SEED + 13),
 ]
 # Values only the device sees, clamped there: ends past m, decreasing, negative; masked_m past M_max or negative.
+# The values just past the end come first: a kernel that misses a clamp writes into the guard rows, while the huge
+# ones may take the process down.
 OUT_OF_RANGE = [
+    Problem("end-just-past-m", False, 100, 144, 256, (30, 103, 105), seed=BASE_SEED + 19),
+    Problem("masked-m-just-past-m-max", True, 37, 144, 256, (40, 5, 39), seed=BASE_SEED + 20),
     Problem("end-past-m-then-decreasing", False, 150, 144, 256, (5, 400, 3, -7, 2**31 - 1), seed=BASE_SEED + 14),
     Problem("negative-first-end", False, 100, 144, 256, (-3, 60, 40, 100), seed=BASE_SEED + 15),
     Problem("decode-end-past-m", False, 40, 144, 128, (10, 12, 2**31 - 1, 11), seed=BASE_SEED + 16),
@@ -100,10 +107,12 @@ PROBLEMS = CONTIGUOUS + [_with_every_masked_m(p) for p in MASKED] + OUT_OF_RANGE
 
 
 def _mn_major(a_scale: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """[..., rows, kb] -> [..., kb, ld] with ld a multiple of 4 (the backend's a_scale_layout), the padding NaN."""
+    """[..., rows, kb] -> [..., kb, ld] with ld a multiple of 4 (the backend's a_scale_layout). The padding is huge
+    but finite: read for a row in a group it wrecks that row's error; written to a row outside, it is no NaN."""
     rows, kb = a_scale.shape[-2:]
     ld = -(-rows // 4) * 4
-    scale = torch.full((*a_scale.shape[:-2], kb, ld), math.nan)
+    shape = (*a_scale.shape[:-2], kb, ld)
+    scale = torch.full((math.prod(shape) + SPARE_ROWS,), 1e6)[: math.prod(shape)].view(shape)  # finite beyond, too
     scale[..., :rows] = a_scale.transpose(-1, -2)
     return scale, ld
 
@@ -120,7 +129,8 @@ def make_inputs(p: Problem) -> Inputs:
     gen = torch.Generator().manual_seed(p.seed)
     kb, lead = p.k // BLOCK, (p.groups,) if p.masked else ()
     rows = p.groups * p.m if p.masked else p.m
-    a = conformance.random_fp8(max(rows, 1), p.k, FP8, "cpu", gen)[:rows].reshape(*lead, p.m, p.k)
+    # Finite FP8 rows past the end: a kernel that reads there writes numbers (not NaN) that the guard check sees.
+    a = conformance.random_fp8(rows + SPARE_ROWS, p.k, FP8, "cpu", gen)[:rows].reshape(*lead, p.m, p.k)
     b = conformance.random_fp8(p.groups * p.n, p.k, FP8, "cpu", gen).reshape(p.groups, p.n, p.k)
     a_scale = conformance.random_scales(max(rows, 1), kb, "cpu", gen)[:rows].reshape(*lead, p.m, kb)
     b_scale = conformance.random_scales(p.groups * -(-p.n // BLOCK), kb, "cpu", gen).reshape(p.groups, -1, kb)
@@ -130,7 +140,7 @@ def make_inputs(p: Problem) -> Inputs:
 def guarded_out(p: Problem, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(buffer, out): out [m, n] (masked [groups, M_max, n]) inside a NaN buffer with guard rows and columns."""
     rows = p.groups * p.m if p.masked else p.m
-    buffer = torch.full((rows + 2 * GUARD_ROWS, p.n + GUARD_COLS), math.nan, dtype=dtype)
+    buffer = torch.full((GUARD_ROWS + rows + GUARD_AFTER, p.n + GUARD_COLS), math.nan, dtype=dtype)
     out = buffer[GUARD_ROWS : GUARD_ROWS + rows, : p.n]
     return buffer, out.reshape(p.groups, p.m, p.n) if p.masked else out
 
