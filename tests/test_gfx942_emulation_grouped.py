@@ -4,7 +4,8 @@ emulator, driven through the protocol's GROUPED_ARGS as the core packs them: eve
 region, so a row the kernel must not write, or any element outside ``out``, shows up. Contiguous splits (empty
 groups, groups smaller than a tile, one group with every row, M off the tile grid), masked groups with every
 masked_m from 0 to M_max, out-of-range group_rows values, both tile configs, bf16 and fp32 out; each call is one
-launch of the kernel. Then the core's grouped API and its conformance suite on the emulated backend."""
+launch of the kernel. Then the core's grouped ops (fp8gemm.grouped_gemm, grouped_gemm_masked) and their conformance
+suite on the emulated backend."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import math
 import pytest
 import test_gfx942_emulation
 import torch
-from fp8gemm import conformance
+from fp8gemm import conformance, conformance_grouped
 from fp8gemm.protocol import GROUPED_ARGS, GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS
 from fp8gemm.reference import BLOCK, oracle
 
@@ -247,3 +248,24 @@ def test_workspace_and_argument_sizes(emulator, mi300x):
     assert emulator.grouped_workspace_bytes(GROUPED_CONTIGUOUS, 4096, 4096, 7168, 32) == 0  # no split-K
     assert mi300x.grouped_workspace_bytes(GROUPED_MASKED, 64, 4096, 7168, 32) == 0
     assert emulator.args_sizes()["grouped_launch"] == GROUPED_ARGS.size
+
+
+CORE_CASES = conformance_grouped.cases("cpu", n_random=6)  # random splits from conformance.DEFAULT_SEED
+
+
+@pytest.mark.parametrize("case", CORE_CASES, ids=[c.id for c in CORE_CASES])
+def test_core_grouped_conformance(case, emulator, mi300x):
+    """The core's suite through fp8gemm.grouped_gemm / grouped_gemm_masked: contiguous and masked cases run the
+    kernel, once each; m_indices (a layout this backend leaves to the reference) runs none."""
+    launches = emulator.grouped_launches
+    result = conformance_grouped.run_case(case, "cpu", FP8, mi300x.name)
+    assert result.passed, f"{case.id}: rel. err {result.rel_err:.3e} {result.detail}"
+    assert emulator.grouped_launches == launches + (case.layout != "m_indices" and case.m > 0)
+
+
+@pytest.mark.parametrize("bad", conformance_grouped.BAD_INPUTS, ids=[b.id for b in conformance_grouped.BAD_INPUTS])
+def test_core_grouped_bad_input_is_rejected_before_a_launch(bad, emulator, mi300x):
+    launches = emulator.grouped_launches
+    ok, detail = conformance_grouped.run_bad_input(bad, "cpu", FP8, mi300x.name)
+    assert ok, f"expected {bad.error.__name__} mentioning {bad.match!r}; got {detail}"
+    assert emulator.grouped_launches == launches
