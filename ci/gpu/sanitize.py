@@ -1,9 +1,10 @@
-"""A few launches for compute-sanitizer (memcheck, racecheck): tails, split-K, fp32 out, strides, views."""
+"""A few launches for compute-sanitizer (memcheck, racecheck): tails, split-K, fp32 out, strides, views; grouped
+GEMMs in both layouts (empty groups, rows past offs[-1], every masked_m up to M_max)."""
 
 import sys
 
 import torch
-from fp8gemm import conformance
+from fp8gemm import conformance, conformance_grouped
 
 backend = sys.argv[1] if len(sys.argv) > 1 else None
 # The default plan picks 16-, 64- and 192-wide tiles and 256-row ones here (700 x 4000: 128 x 192,
@@ -26,5 +27,11 @@ CASES = [conformance.Case(m, n, k, torch.float32 if i % 2 else torch.bfloat16, i
          for i, (m, n, k) in enumerate(SHAPES)] + conformance.VIEW_CASES  # fmt: skip
 for case in CASES:
     r = conformance.run_case(case, "cuda", torch.float8_e4m3fn, backend)
+    print(f"{case.id}: rel err {r.rel_err:.2e} {'ok' if r.passed else 'FAIL ' + r.detail}")
+    assert r.passed
+# The grouped suite's fixed cases of the layouts a kernel runs (contiguous offs, masked); m_indices is the reference's.
+GROUPED = [c for c in conformance_grouped.cases("cuda", n_random=0) if c.layout in ("offs", "masked")]
+for case in GROUPED:
+    r = conformance_grouped.run_case(case, "cuda", torch.float8_e4m3fn, backend)
     print(f"{case.id}: rel err {r.rel_err:.2e} {'ok' if r.passed else 'FAIL ' + r.detail}")
     assert r.passed

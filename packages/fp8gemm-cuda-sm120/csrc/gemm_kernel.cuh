@@ -2,7 +2,7 @@
 //
 // out[m, n] = sum_kb scale_a[m, kb] * scale_b[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k]
 //
-// One block computes a kBlockM x 128 tile. K advances 128 at a time (one scale block per pipeline
+// One block computes a kBlockM x 128 tile (tile_mainloop, tile_store: grouped_kernel.cuh runs them per expert). K advances 128 at a time (one scale block per pipeline
 // stage): cp.async brings A, B and the A scales of stage s + STAGES - 1 while stage s is multiplied;
 // the MMA accumulates a 128-deep partial in fp32, then it is "promoted" into the running total with
 // both scales. Operand tiles in shared memory are XOR-swizzled by 16-byte chunk so that ldmatrix
@@ -43,6 +43,10 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// 4-byte async copy (zero-filled past src_bytes): A scales of a tile that starts at any row.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
@@ -63,8 +67,20 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
 // Byte offset of 16-byte chunk `chunk` (0..7) of tile row `row` (128 bytes per row).
 __device__ __forceinline__ int swizzle(int row, int chunk) { return row * kBlockK + ((chunk ^ (row & 7)) << 4); }
 
-template <int WARPS_M, int STAGES>
-__device__ __forceinline__ void load_stage(const Params& p, uint8_t* stage, int m0, int n0, int kb, int tid) {
+// What a grouped tile reads (the dense kernel passes its Params, whose fields have the same names): A rows valid
+// below m (indices into a, a_scale: the group's row end), B rows valid below n.
+struct TileIn {
+  const uint8_t* a;      // [rows, k] FP8, row stride lda (bytes)
+  const uint8_t* b;      // [n, k] FP8, row stride ldb
+  const float* a_scale;  // MN-major: a_scale[kb * sa_ld + row]
+  int64_t lda, ldb, sa_ld;
+  int m, n;
+};
+
+// kAlignedRows: the tile's first row is a multiple of 4 and the scale columns 16-byte aligned (the dense kernel),
+// so its A scales move 16 bytes at a time; a grouped tile starts at any row and copies them 4 bytes at a time.
+template <int WARPS_M, int STAGES, bool kAlignedRows, class Src>
+__device__ __forceinline__ void load_stage(const Src& t, uint8_t* stage, int m0, int n0, int kb, int tid) {
   using T = Traits<WARPS_M, STAGES>;
   const int64_t k_off = int64_t(kb) * kBlockK;
   uint8_t* sa_tile = stage;
@@ -73,24 +89,141 @@ __device__ __forceinline__ void load_stage(const Params& p, uint8_t* stage, int 
 #pragma unroll
   for (int c = tid; c < T::kBlockM * 8; c += T::kThreads) {
     const int row = c >> 3, chunk = c & 7, g = m0 + row;
-    const bool in = g < p.m;
-    cp_async16(sa_tile + swizzle(row, chunk), in ? p.a + g * p.lda + k_off + chunk * 16 : p.a, in ? 16 : 0);
+    const bool in = g < t.m;
+    cp_async16(sa_tile + swizzle(row, chunk), in ? t.a + g * t.lda + k_off + chunk * 16 : t.a, in ? 16 : 0);
   }
 #pragma unroll
   for (int c = tid; c < kBlockN * 8; c += T::kThreads) {
     const int row = c >> 3, chunk = c & 7, g = n0 + row;
-    const bool in = g < p.n;
-    cp_async16(sb_tile + swizzle(row, chunk), in ? p.b + g * p.ldb + k_off + chunk * 16 : p.b, in ? 16 : 0);
+    const bool in = g < t.n;
+    cp_async16(sb_tile + swizzle(row, chunk), in ? t.b + g * t.ldb + k_off + chunk * 16 : t.b, in ? 16 : 0);
   }
-  // A scales of the tile's rows for this K block: contiguous in the MN-major layout.
-  for (int c = tid; c < T::kBlockM / 4; c += T::kThreads) {
-    const int g = m0 + 4 * c;
-    const int bytes = g < p.m ? 4 * min(4, p.m - g) : 0;
-    cp_async16(s_scale + 4 * c, bytes ? p.a_scale + kb * p.sa_ld + g : p.a_scale, bytes);
+  if (kAlignedRows) {
+    // A scales of the tile's rows for this K block: contiguous in the MN-major layout.
+    for (int c = tid; c < T::kBlockM / 4; c += T::kThreads) {
+      const int g = m0 + 4 * c;
+      const int bytes = g < t.m ? 4 * min(4, t.m - g) : 0;
+      cp_async16(s_scale + 4 * c, bytes ? t.a_scale + kb * t.sa_ld + g : t.a_scale, bytes);
+    }
+  } else {
+    for (int r = tid; r < T::kBlockM; r += T::kThreads) {
+      const int g = m0 + r;
+      const bool in = g < t.m;
+      cp_async4(s_scale + r, in ? t.a_scale + kb * t.sa_ld + g : t.a_scale, in ? 4 : 0);
+    }
   }
 }
 
 template <int WARPS_M, int STAGES>
+using TileAcc = float[Traits<WARPS_M, STAGES>::kMmaM][Traits<WARPS_M, STAGES>::kMmaN][4];
+
+// The tile's GEMM: rows [m0, m0 + kBlockM) of t.a, columns [n0, n0 + 128) of t.b, K blocks [kb_begin, kb_begin +
+// num_kb), promoted with both scales into total. Every thread of the block calls it (it holds __syncthreads).
+template <int WARPS_M, int STAGES, bool kAlignedRows, class Src>
+__device__ __forceinline__ void tile_mainloop(const Src& t, const float* b_scale_row, uint8_t* smem, int m0, int n0,
+                                              int kb_begin, int num_kb, TileAcc<WARPS_M, STAGES>& total) {
+  using T = Traits<WARPS_M, STAGES>;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / T::kWarpsN, warp_n = warp % T::kWarpsN;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < num_kb) load_stage<WARPS_M, STAGES, kAlignedRows>(t, smem + s * T::kStageBytes, m0, n0, kb_begin + s, tid);
+    cp_async_commit();
+  }
+
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < T::kMmaN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) total[mi][ni][e] = 0.0f;
+  // ldmatrix lane roles: lanes 8i..8i+7 give the row addresses of 8x8 (b16) matrix i.
+  const int mat = lane >> 3, mat_row = lane & 7;
+  const int a_row0 = warp_m * T::kWarpTileM + mat_row + (mat & 1) * 8, a_khalf = mat >> 1;
+  const int b_row0 = warp_n * T::kWarpTileN + mat_row + (mat >> 1) * 8, b_khalf = mat & 1;
+
+  for (int it = 0; it < num_kb; ++it) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // stage `it` landed for all threads; stage `it - 1` is no longer read
+    const int next = it + STAGES - 1;
+    if (next < num_kb)
+      load_stage<WARPS_M, STAGES, kAlignedRows>(t, smem + (next % STAGES) * T::kStageBytes, m0, n0, kb_begin + next, tid);
+    cp_async_commit();
+
+    const uint8_t* stage = smem + (it % STAGES) * T::kStageBytes;
+    const float b_scale = __ldg(b_scale_row + kb_begin + it);
+    float acc[T::kMmaM][T::kMmaN][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kBlockK / 32; ++ks) {
+      uint32_t af[T::kMmaM][4], bf[T::kMmaN][2];
+#pragma unroll
+      for (int mi = 0; mi < T::kMmaM; ++mi) ldmatrix_x4(af[mi], stage + swizzle(a_row0 + mi * 16, ks * 2 + a_khalf));
+#pragma unroll
+      for (int nj = 0; nj < T::kMmaN / 2; ++nj) {
+        uint32_t r[4];
+        ldmatrix_x4(r, stage + T::kABytes + swizzle(b_row0 + nj * 16, ks * 2 + b_khalf));
+        bf[2 * nj][0] = r[0], bf[2 * nj][1] = r[1], bf[2 * nj + 1][0] = r[2], bf[2 * nj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < T::kMmaM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < T::kMmaN; ++ni) mma_e4m3(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+    }
+    // Promotion: fold this K block's partial into the fp32 total with both scales.
+    const float* s_scale = reinterpret_cast<const float*>(stage + T::kABytes + T::kBBytes);
+#pragma unroll
+    for (int mi = 0; mi < T::kMmaM; ++mi) {
+      const int r = warp_m * T::kWarpTileM + mi * 16 + (lane >> 2);
+      const float s_lo = s_scale[r] * b_scale, s_hi = s_scale[r + 8] * b_scale;
+#pragma unroll
+      for (int ni = 0; ni < T::kMmaN; ++ni) {
+        total[mi][ni][0] += acc[mi][ni][0] * s_lo;
+        total[mi][ni][1] += acc[mi][ni][1] * s_lo;
+        total[mi][ni][2] += acc[mi][ni][2] * s_hi;
+        total[mi][ni][3] += acc[mi][ni][3] * s_hi;
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// Epilogue: each quad of lanes owns 2 adjacent columns of an 8-wide MMA tile, rows g and g + 8; store(row, col, x, y)
+// gets the pairs inside rows [m0, row_end) and columns [n0, n), nothing else (another group's rows, the tails).
+// N % 16 == 0, so an 8-wide tile is either wholly inside N or wholly outside.
+template <int WARPS_M, int STAGES, class Store>
+__device__ __forceinline__ void tile_store(const TileAcc<WARPS_M, STAGES>& total, int m0, int row_end, int n0, int n,
+                                           Store store) {
+  using T = Traits<WARPS_M, STAGES>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warp_m = warp / T::kWarpsN, warp_n = warp % T::kWarpsN;
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaM; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < T::kMmaN; ++ni) {
+      const int col = n0 + warp_n * T::kWarpTileN + ni * 8 + (lane & 3) * 2;
+      if (col >= n) continue;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = m0 + warp_m * T::kWarpTileM + mi * 16 + (lane >> 2) + half * 8;
+        if (row >= row_end) continue;
+        store(row, col, total[mi][ni][2 * half], total[mi][ni][2 * half + 1]);
+      }
+    }
+  }
+}
+
+// Two adjacent columns of out (row stride ldo elements), bf16 or fp32.
+__device__ __forceinline__ void store_pair(void* out, int64_t ldo, bool fp32, int row, int col, float x, float y) {
+  if (fp32)
+    *reinterpret_cast<float2*>(static_cast<float*>(out) + row * ldo + col) = make_float2(x, y);
+  else
+    *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(out) + row * ldo + col) = __floats2bfloat162_rn(x, y);
+}
+
+template <int WARPS_M, int STAGES>
+// The dense kernel keeps its own copy of the loop: calling tile_mainloop/tile_store changed its SASS (about 13%
+// more instructions before the first MMA on sm_120), and the dense path must not slow down.
 __global__ void __launch_bounds__(Traits<WARPS_M, STAGES>::kThreads, 1) gemm_kernel(const Params p) {
   using T = Traits<WARPS_M, STAGES>;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -103,7 +236,7 @@ __global__ void __launch_bounds__(Traits<WARPS_M, STAGES>::kThreads, 1) gemm_ker
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < num_kb) load_stage<WARPS_M, STAGES>(p, smem + s * T::kStageBytes, m0, n0, kb_begin + s, tid);
+    if (s < num_kb) load_stage<WARPS_M, STAGES, true>(p, smem + s * T::kStageBytes, m0, n0, kb_begin + s, tid);
     cp_async_commit();
   }
 
@@ -118,7 +251,7 @@ __global__ void __launch_bounds__(Traits<WARPS_M, STAGES>::kThreads, 1) gemm_ker
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage `it` landed for all threads; stage `it - 1` is no longer read
     const int next = it + STAGES - 1;
-    if (next < num_kb) load_stage<WARPS_M, STAGES>(p, smem + (next % STAGES) * T::kStageBytes, m0, n0, kb_begin + next, tid);
+    if (next < num_kb) load_stage<WARPS_M, STAGES, true>(p, smem + (next % STAGES) * T::kStageBytes, m0, n0, kb_begin + next, tid);
     cp_async_commit();
 
     const uint8_t* stage = smem + (it % STAGES) * T::kStageBytes;

@@ -37,4 +37,31 @@ inline int64_t workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count) {
   return fp8gemm::split_workspace_bytes(plan_for(m, n, k, sm_count).split.splits, m, n);
 }
 
+// Grouped GEMMs (grouped.cu), one launch, no split-K: the dense kernel's 64-row tiles when the groups are
+// decode-sized (rows per group: the caller's expected_m, else M_max when masked, else the average), else 128.
+// Row tiles: masked, tiles_per_group per group; contiguous, the most any split of m rows into `groups` groups can
+// need (each non-empty group adds at most one partial tile to ceil(m / block_m)). grid_y is capped at the CUDA
+// limit; blocks then stride over the row tiles.
+constexpr int64_t kMaxGridY = 65535;
+
+struct GroupedPlan {
+  TileConfig config;
+  int block_m;
+  int64_t grid_x, grid_y, row_tiles;
+  int64_t tiles_per_group;  // masked only
+};
+
+inline GroupedPlan grouped_plan_for(bool masked, int64_t m, int64_t n, int64_t groups, int64_t expected_m) {
+  GroupedPlan g{TileConfig::M128, 128, 0, 0, 0, 0};
+  if (m < 1 || groups < 1) return g;  // nothing to launch
+  const int64_t rows = expected_m > 0 ? expected_m : masked ? m : ceil_div(m, groups);
+  g.config = rows <= 64 ? TileConfig::M64 : TileConfig::M128;
+  g.block_m = rows <= 64 ? 64 : 128;
+  g.grid_x = ceil_div(n, kBlockN);
+  g.tiles_per_group = masked ? ceil_div(m, g.block_m) : 0;
+  g.row_tiles = masked ? groups * g.tiles_per_group : ceil_div(m, g.block_m) + (groups < m ? groups : m) - 1;
+  g.grid_y = g.row_tiles < kMaxGridY ? g.row_tiles : kMaxGridY;
+  return g;
+}
+
 }  // namespace fp8gemm_sm120

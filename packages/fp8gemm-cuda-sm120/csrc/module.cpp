@@ -8,7 +8,8 @@
 namespace {
 
 pybind11::dict build_info() {
-  return fp8gemm::build_info("mma.sync m16n8k32 e4m3, ldmatrix, cp.async pipeline, split-K for small M");
+  return fp8gemm::build_info("mma.sync m16n8k32 e4m3, ldmatrix, cp.async pipeline, split-K for small M; grouped (contiguous, masked) in "
+                             "one launch");
 }
 
 }  // namespace
@@ -18,4 +19,5 @@ PYBIND11_MODULE(_C, m) {
   fp8gemm::define_quantize_entry(m, &fp8gemm_sm120::quantize);
   // A scales: MN-major with 16-byte columns (its backend.py's a_scale_layout).
   fp8gemm::define_two_step_linear_entry(m, &fp8gemm_sm120::quantize, &fp8gemm_sm120::launch, &fp8gemm_sm120::workspace_bytes, 4);
+  fp8gemm::define_grouped_entry(m, &fp8gemm_sm120::grouped_launch, &fp8gemm_sm120::grouped_workspace_bytes);
 }

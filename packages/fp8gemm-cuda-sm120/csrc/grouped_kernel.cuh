@@ -1,0 +1,85 @@
+// Grouped FP8 block-scaled GEMMs (mixture of experts), all groups in one launch:
+//
+// out_g[r, n] = sum_kb a_scale_g[r, kb] * b_scale_g[n / 128, kb] * sum_{k in kb} a_g[r, k] * b_g[n, k]
+//
+// The grid is N tiles x row tiles of every group. Each block maps its row tile to (group, first row, group's row
+// end) on the device from group_rows, clamped here (the host never sees them), then runs the dense kernel's
+// tile_mainloop and tile_store on that group's A, B, scales and out. A tile's rows end at its group's end: A rows
+// past it are zero-filled and never stored, so no tile writes another group's rows or outside out.
+#pragma once
+
+#include "gemm_kernel.cuh"
+
+namespace fp8gemm_sm120 {
+
+// One grouped launch as a kernel parameter block (fp8gemm::GroupedArgs with typed pointers). Contiguous: the
+// A/out/A-scale group strides are 0 (one matrix of m rows). Masked: m is M_max.
+struct GroupedParams {
+  const uint8_t* a;           // [rows, k] FP8 per group at a + g * a_gs, row stride lda
+  const uint8_t* b;           // [n, k] FP8 per group at b + g * b_gs, row stride ldb
+  const float* a_scale;       // MN-major per group at a_scale + g * sa_gs: [kb * sa_ld + row]
+  const float* b_scale;       // K-major per group at b_scale + g * sb_gs: [(n / 128) * sb_ld + kb]
+  void* out;                  // bf16 or fp32 per group at out + g * out_gs elements, row stride ldo
+  const int32_t* group_rows;  // contiguous: cumulative row ends; masked: rows per group (device values, clamped)
+  int m, n, k, groups;
+  int64_t lda, ldb, ldo, sa_ld, sb_ld;
+  int64_t a_gs, b_gs, out_gs, sa_gs, sb_gs;
+  int masked, out_fp32;
+  int tiles_per_group;  // masked: row tiles per group
+  int row_tiles;        // row tiles the grid covers (blocks stride by gridDim.y)
+};
+
+// A block's tile: its group (-1: none), its first row and the group's row end, in the group's view of A/out.
+struct GroupTile {
+  int group, row0, row_end;
+};
+
+__device__ __forceinline__ int clamp_rows(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+// Contiguous: row tile y in the order of the groups, found by a scan of the ends, each clamped to [previous end, m]
+// so the groups never overlap or leave A. Empty groups add no tiles; the scan stops at the tile's group.
+template <int BM>
+__device__ __forceinline__ GroupTile contiguous_tile(const GroupedParams& p, int y) {
+  int begin = 0, first_tile = 0;
+#pragma unroll 4
+  for (int g = 0; g < p.groups; ++g) {
+    const int end = clamp_rows(__ldg(p.group_rows + g), begin, p.m);
+    const int tiles = (end - begin + BM - 1) / BM;
+    if (y < first_tile + tiles) return {g, begin + (y - first_tile) * BM, end};
+    first_tile += tiles;
+    begin = end;
+  }
+  return {-1, 0, 0};
+}
+
+// Masked: tiles_per_group row tiles per group; those at or past the group's rows (clamped to [0, M_max]) are idle.
+template <int BM>
+__device__ __forceinline__ GroupTile masked_tile(const GroupedParams& p, int y) {
+  const int g = y / p.tiles_per_group, row0 = (y % p.tiles_per_group) * BM;
+  const int rows = clamp_rows(__ldg(p.group_rows + g), 0, p.m);
+  return row0 < rows ? GroupTile{g, row0, rows} : GroupTile{-1, 0, 0};
+}
+
+template <int WARPS_M, int STAGES>
+__global__ void __launch_bounds__(Traits<WARPS_M, STAGES>::kThreads, 1) grouped_kernel(const GroupedParams p) {
+  using T = Traits<WARPS_M, STAGES>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int n0 = blockIdx.x * kBlockN;
+  for (int tile = blockIdx.y; tile < p.row_tiles; tile += gridDim.y) {
+    const GroupTile gt = p.masked ? masked_tile<T::kBlockM>(p, tile) : contiguous_tile<T::kBlockM>(p, tile);
+    if (gt.group < 0) continue;  // the same for the whole block, so no barrier is skipped by some threads only
+    const int64_t g = gt.group;
+    const TileIn t{p.a + g * p.a_gs, p.b + g * p.b_gs, p.a_scale + g * p.sa_gs, p.lda, p.ldb, p.sa_ld, gt.row_end, p.n};  // rows valid below the group end
+    const float* b_scale_row = p.b_scale + g * p.sb_gs + (n0 / kBlockN) * p.sb_ld;
+
+    TileAcc<WARPS_M, STAGES> total;
+    tile_mainloop<WARPS_M, STAGES, false>(t, b_scale_row, smem, gt.row0, n0, 0, p.k / kBlockK, total);
+    void* out = static_cast<uint8_t*>(p.out) + g * p.out_gs * (p.out_fp32 ? 4 : 2);
+    tile_store<WARPS_M, STAGES>(total, gt.row0, gt.row_end, n0, p.n, [&](int row, int col, float x, float y) {
+      store_pair(out, p.ldo, p.out_fp32, row, col, x, y);
+    });
+    __syncthreads();  // the next tile's prologue overwrites stages this one's last iterations read
+  }
+}
+
+}  // namespace fp8gemm_sm120
