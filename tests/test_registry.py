@@ -110,6 +110,7 @@ def fake_site(tmp_path, monkeypatch):
     registry.installed_backends(refresh=True)
     yield tmp_path
     sys.modules.pop("fake_backends", None)
+    monkeypatch.undo()  # before the refresh: the caches must be rebuilt from the real entry points, for later tests
     registry.installed_backends(refresh=True)
 
 

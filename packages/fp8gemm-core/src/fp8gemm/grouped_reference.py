@@ -21,8 +21,9 @@ def _product(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: t
 
 
 def _group_bounds(offs: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each group's [start, end) rows from cumulative ends, clamped to [0, m] on the device."""
-    ends = offs.to(torch.int64).clamp(0, m)
+    """Each group's [start, end) rows from cumulative ends, as the kernels read them on the device: each end clamped
+    to [previous end, m] (a running maximum), so groups never overlap whatever values arrive."""
+    ends = torch.cummax(offs.to(torch.int64).clamp(0, m), dim=0).values
     starts = torch.cat([ends.new_zeros(1), ends[:-1]])
     return starts, ends
 

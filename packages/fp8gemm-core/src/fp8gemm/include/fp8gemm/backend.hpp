@@ -49,8 +49,9 @@ struct LinearArgs {
 // of cumulative row ends (group g = rows [ends[g-1], ends[g])); kGroupedMasked: group g's a and out start
 // g * a_group_stride / out_group_stride elements in, m is the rows per group and group_rows int32 [groups] the rows
 // to compute (the rest is neither computed nor written); kGroupedRowIds: group_rows is int32 [m], each row's
-// group (-1: not written). Values in group_rows are seen only by the device: a kernel clamps them to [0, m]
-// and [-1, groups) and never reads or writes outside the tensors. expected_m: the caller's hint of rows per
+// group (-1: not written). Values in group_rows are seen only by the device: a kernel clamps each end to
+// [previous end, m] (groups never overlap), rows to [0, m], ids to [-1, groups), and never reads or writes outside
+// the tensors. expected_m: the caller's hint of rows per
 // group (0: none). Guarantees otherwise as for LaunchArgs.
 enum GroupedLayout : int { kGroupedContiguous = 0, kGroupedMasked = 1, kGroupedRowIds = 2 };
 struct GroupedArgs {
