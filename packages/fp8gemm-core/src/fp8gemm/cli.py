@@ -15,7 +15,7 @@ import sys
 import torch
 from rich.table import Table
 
-from . import __version__, conformance, conformance_layer, registry
+from . import __version__, conformance, conformance_grouped, conformance_layer, registry
 from .cli_args import UsageError, count_argument, default_device, device_argument, error_message, requested_backend
 from .cli_bench import add_bench_arguments, cmd_bench, console
 from .ops import preferred_fp8_dtype
@@ -109,9 +109,26 @@ def cmd_check(args) -> int:
             f"bad input: {bad.id}", "", bad.error.__name__, "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
         )
     failures += _check_layer(table, device, backend, random.Random(seed))
+    failures += _check_grouped(table, device, fp8, backend, seed)
     console.print(table)
     console.print(f"{'[red]' if failures else '[green]'}{failures} failure(s)")
     return 1 if failures else 0
+
+
+def _check_grouped(table: Table, device: torch.device, fp8: torch.dtype, backend: str | None, seed: int) -> int:
+    """The grouped GEMMs' rows: every layout against float64 per group, then their bad inputs."""
+    failures = 0
+    for case in conformance_grouped.cases(device, n_random=2, seed=seed):
+        r = conformance_grouped.run_case(case, device, fp8, backend, seed=seed)
+        failures += not r.passed
+        verdict = "[green]pass[/green]" if r.passed else f"[red]FAIL[/red] {r.detail}"
+        table.add_row(f"grouped {case.id}", f"{r.rel_err:.2e}", f"{conformance.TOLERANCE[case.out_dtype]:.0e}", verdict)
+    for bad in conformance_grouped.BAD_INPUTS:
+        ok, detail = conformance_grouped.run_bad_input(bad, device, fp8, backend)
+        failures += not ok
+        verdict = "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
+        table.add_row(f"grouped bad input: {bad.id}", "", bad.error.__name__, verdict)
+    return failures
 
 
 def _check_layer(table: Table, device: torch.device, backend: str | None, seeds: random.Random) -> int:
