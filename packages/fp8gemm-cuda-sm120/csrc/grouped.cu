@@ -16,27 +16,6 @@ namespace {
 
 constexpr fp8gemm::cuda::Devices kDevices("fp8gemm-cuda-sm120");
 
-GroupedParams grouped_params(const fp8gemm::GroupedArgs& args, const GroupedPlan& plan) {
-  const bool masked = args.layout == fp8gemm::kGroupedMasked;
-  GroupedParams p{};
-  p.a = reinterpret_cast<const uint8_t*>(args.a);
-  p.b = reinterpret_cast<const uint8_t*>(args.b);
-  p.a_scale = reinterpret_cast<const float*>(args.a_scale);
-  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
-  p.out = reinterpret_cast<void*>(args.out);
-  p.group_rows = reinterpret_cast<const int32_t*>(args.group_rows);
-  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
-  p.groups = static_cast<int>(args.groups);
-  p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
-  p.a_gs = masked ? args.a_group_stride : 0, p.out_gs = masked ? args.out_group_stride : 0;
-  p.sa_gs = masked ? args.a_scale_group_stride : 0;
-  p.b_gs = args.b_group_stride, p.sb_gs = args.b_scale_group_stride;
-  p.masked = masked, p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
-  p.tiles_per_group = static_cast<int>(plan.tiles_per_group);
-  p.row_tiles = static_cast<int>(plan.row_tiles);
-  return p;
-}
-
 template <int WARPS_M, int STAGES>
 void launch_grouped_tiles(const GroupedParams& p, const GroupedPlan& plan, cudaStream_t stream, int dev) {
   using T = Traits<WARPS_M, STAGES>;
@@ -68,7 +47,7 @@ void grouped_launch(const fp8gemm::GroupedArgs& args) {
   if (plan.row_tiles > INT_MAX || plan.grid_x > INT_MAX)
     throw std::invalid_argument("fp8gemm-cuda-sm120: grouped GEMM of more than 2^31 tiles");
   const int dev = kDevices.current();
-  const GroupedParams p = grouped_params(args, plan);
+  const GroupedParams p = fp8gemm::grouped_params(args, plan.tiles_per_group, plan.row_tiles);
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
   if (plan.config == TileConfig::M64)
     launch_grouped_tiles<1, 4>(p, plan, stream, dev);

@@ -8,26 +8,12 @@
 // past it are zero-filled and never stored, so no tile writes another group's rows or outside out.
 #pragma once
 
+#include "fp8gemm/grouped_params.hpp"
 #include "gemm_kernel.cuh"
 
 namespace fp8gemm_sm120 {
 
-// One grouped launch as a kernel parameter block (fp8gemm::GroupedArgs with typed pointers). Contiguous: the
-// A/out/A-scale group strides are 0 (one matrix of m rows). Masked: m is M_max.
-struct GroupedParams {
-  const uint8_t* a;           // [rows, k] FP8 per group at a + g * a_gs, row stride lda
-  const uint8_t* b;           // [n, k] FP8 per group at b + g * b_gs, row stride ldb
-  const float* a_scale;       // MN-major per group at a_scale + g * sa_gs: [kb * sa_ld + row]
-  const float* b_scale;       // K-major per group at b_scale + g * sb_gs: [(n / 128) * sb_ld + kb]
-  void* out;                  // bf16 or fp32 per group at out + g * out_gs elements, row stride ldo
-  const int32_t* group_rows;  // contiguous: cumulative row ends; masked: rows per group (device values, clamped)
-  int m, n, k, groups;
-  int64_t lda, ldb, ldo, sa_ld, sb_ld;
-  int64_t a_gs, b_gs, out_gs, sa_gs, sb_gs;
-  int masked, out_fp32;
-  int tiles_per_group;  // masked: row tiles per group
-  int row_tiles;        // row tiles the grid covers (blocks stride by gridDim.y)
-};
+using GroupedParams = fp8gemm::GroupedParams;
 
 // A block's tile: its group (-1: none), its first row and the group's row end, in the group's view of A/out.
 struct GroupTile {

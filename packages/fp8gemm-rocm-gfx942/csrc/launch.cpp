@@ -49,31 +49,6 @@ void launch(const fp8gemm::LaunchArgs& args) {
   }
 }
 
-namespace {
-
-// The kernel's parameter block; the host checks sizes only (group_rows is the device's to clamp).
-GroupedParams grouped_params(const fp8gemm::GroupedArgs& args, const GroupedGeometry& g) {
-  const bool masked = args.layout == fp8gemm::kGroupedMasked;
-  GroupedParams p{};
-  p.a = reinterpret_cast<const uint8_t*>(args.a);
-  p.b = reinterpret_cast<const uint8_t*>(args.b);
-  p.a_scale = reinterpret_cast<const float*>(args.a_scale);
-  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
-  p.out = reinterpret_cast<void*>(args.out);
-  p.group_rows = reinterpret_cast<const int32_t*>(args.group_rows);
-  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
-  p.groups = static_cast<int>(args.groups);
-  p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
-  p.a_gs = masked ? args.a_group_stride : 0, p.out_gs = masked ? args.out_group_stride : 0;
-  p.sa_gs = masked ? args.a_scale_group_stride : 0;
-  p.b_gs = args.b_group_stride, p.sb_gs = args.b_scale_group_stride;
-  p.masked = masked, p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
-  p.tiles_per_group = static_cast<int>(g.tiles_per_group);
-  return p;
-}
-
-}  // namespace
-
 int64_t grouped_workspace_bytes(int, int64_t, int64_t, int64_t, int64_t) { return 0; }  // no split-K
 
 void grouped_launch(const fp8gemm::GroupedArgs& args) {
@@ -87,7 +62,7 @@ void grouped_launch(const fp8gemm::GroupedArgs& args) {
                                              args.expected_m);
   if (g.grid_y > INT_MAX || g.grid_x > INT_MAX)
     throw std::invalid_argument("fp8gemm-rocm-gfx942: grouped GEMM of more than 2^31 row tiles");
-  check(enqueue_grouped(grouped_params(args, g), g, reinterpret_cast<void*>(args.stream)), "grouped GEMM kernel launch");
+  check(enqueue_grouped(fp8gemm::grouped_params(args, g.tiles_per_group, g.grid_y), g, reinterpret_cast<void*>(args.stream)), "grouped GEMM kernel launch");
 }
 
 void quantize(const fp8gemm::QuantizeArgs& args) {

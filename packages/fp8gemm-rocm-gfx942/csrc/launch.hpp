@@ -5,6 +5,7 @@
 #define FP8GEMM_ARCH_NAMESPACE fp8gemm_gfx942
 #include "fp8gemm/arch_entry.hpp"  // launch, workspace_bytes, quantize
 #include "fp8gemm/gemm_params.hpp"
+#include "fp8gemm/grouped_params.hpp"
 #include "fp8gemm/quantize_rows.cuh"
 #include "heuristics.hpp"
 
@@ -12,21 +13,7 @@ namespace fp8gemm_gfx942 {
 
 using Params = fp8gemm::GemmParams;  // A and B FP8 e4m3fnuz
 
-// One grouped launch as a kernel parameter block (fp8gemm::GroupedArgs with typed pointers). Contiguous: the
-// A/out/A-scale group strides are 0 (one matrix of m rows). Masked: m is M_max.
-struct GroupedParams {
-  const uint8_t* a;           // [rows, k] FP8 per group at a + g * a_gs, row stride lda
-  const uint8_t* b;           // [n, k] FP8 per group at b + g * b_gs, row stride ldb
-  const float* a_scale;       // MN-major per group at a_scale + g * sa_gs: [kb * sa_ld + row]
-  const float* b_scale;       // K-major per group at b_scale + g * sb_gs: [(n / 128) * sb_ld + kb]
-  void* out;                  // bf16 or fp32 per group at out + g * out_gs elements, row stride ldo
-  const int32_t* group_rows;  // contiguous: cumulative row ends; masked: rows per group (device values, clamped)
-  int m, n, k, groups;
-  int64_t lda, ldb, ldo, sa_ld, sb_ld;
-  int64_t a_gs, b_gs, out_gs, sa_gs, sb_gs;
-  int masked, out_fp32;
-  int tiles_per_group;  // masked: row tiles per group
-};
+using GroupedParams = fp8gemm::GroupedParams;
 
 int cu_count();
 

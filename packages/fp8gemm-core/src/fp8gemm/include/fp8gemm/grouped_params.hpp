@@ -1,0 +1,48 @@
+// The grouped launch arguments as a kernel parameter block, for arch kernels that read A, B and the scales through
+// plain pointers (as gemm_params.hpp does for one GEMM). Plain C++ (gfx942 compiles it with a bare clang in HIP mode).
+#pragma once
+#include <cstdint>
+
+#include "fp8gemm/backend.hpp"
+
+namespace fp8gemm {
+
+// Contiguous: the A/out/A-scale group strides are 0 (one matrix of m rows). Masked: m is M_max.
+struct GroupedParams {
+  const uint8_t* a;           // [rows, k] FP8 per group at a + g * a_gs, row stride lda
+  const uint8_t* b;           // [n, k] FP8 per group at b + g * b_gs, row stride ldb
+  const float* a_scale;       // MN-major per group at a_scale + g * sa_gs: [kb * sa_ld + row]
+  const float* b_scale;       // K-major per group at b_scale + g * sb_gs: [(n / 128) * sb_ld + kb]
+  void* out;                  // bf16 or fp32 per group at out + g * out_gs elements, row stride ldo
+  const int32_t* group_rows;  // contiguous: cumulative row ends; masked: rows per group (device values, clamped)
+  int m, n, k, groups;
+  int64_t lda, ldb, ldo, sa_ld, sb_ld;
+  int64_t a_gs, b_gs, out_gs, sa_gs, sb_gs;
+  int masked, out_fp32;
+  int tiles_per_group;  // masked: row tiles per group
+  int row_tiles;        // row tiles the grid covers
+};
+
+// The parameter block of one grouped launch; the host checks sizes only (group_rows is the device's to clamp).
+inline GroupedParams grouped_params(const GroupedArgs& args, int64_t tiles_per_group, int64_t row_tiles) {
+  const bool masked = args.layout == kGroupedMasked;
+  GroupedParams p{};
+  p.a = reinterpret_cast<const uint8_t*>(args.a);
+  p.b = reinterpret_cast<const uint8_t*>(args.b);
+  p.a_scale = reinterpret_cast<const float*>(args.a_scale);
+  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
+  p.out = reinterpret_cast<void*>(args.out);
+  p.group_rows = reinterpret_cast<const int32_t*>(args.group_rows);
+  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
+  p.groups = static_cast<int>(args.groups);
+  p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
+  p.a_gs = masked ? args.a_group_stride : 0, p.out_gs = masked ? args.out_group_stride : 0;
+  p.sa_gs = masked ? args.a_scale_group_stride : 0;
+  p.b_gs = args.b_group_stride, p.sb_gs = args.b_scale_group_stride;
+  p.masked = masked, p.out_fp32 = args.out_kind == kOutFP32;
+  p.tiles_per_group = static_cast<int>(tiles_per_group);
+  p.row_tiles = static_cast<int>(row_tiles);
+  return p;
+}
+
+}  // namespace fp8gemm
