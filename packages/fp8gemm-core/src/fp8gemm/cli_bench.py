@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from . import accuracy, bench, conformance, layer_bench, registry
+from . import accuracy, bench, conformance, grouped_bench, layer_bench, registry
 from .cli_args import UsageError, count_argument, default_device, plot_argument, requested_backend, shape_argument
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -57,24 +57,38 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
         help="time the Linear layer (bf16 in and out: ours, bf16 F.linear and the peers' layer paths) in CUDA graphs",
     )
     p.add_argument(
+        "--grouped",
+        action="store_true",
+        help="time grouped (MoE) GEMMs: ours contiguous and masked, DeepGEMM's (with its padding), a dense loop over "
+        "experts and bf16 torch._grouped_mm, in CUDA graphs (docs/benchmarks.md)",
+    )
+    p.add_argument(
         "--resume",
         action="store_true",
-        help="with --layer: keep the shapes already in --json (written after every shape) and time the rest",
+        help="with --layer or --grouped: keep the shapes already in --json (written after every shape) and time the rest",
     )
 
 
 def cmd_bench(args) -> int:
     device = args.device or default_device()
     backend = requested_backend(args)
-    if args.resume and not (args.layer and args.json):
-        raise UsageError("--resume goes with --layer and --json naming the earlier run's report")
+    if args.layer and args.grouped:
+        raise UsageError("--layer and --grouped are two benchmarks; run one, then the other")
+    if args.grouped and args.shapes:
+        raise UsageError("--grouped times its own case list (docs/benchmarks.md); leave --shapes out")
+    if args.resume and not ((args.layer or args.grouped) and args.json):
+        raise UsageError("--resume goes with --layer or --grouped and --json naming the earlier run's report")
     console.print(f"data seed {args.seed} (--seed {args.seed} draws the same data)", highlight=False)
     if device.type != "cuda":
         if args.layer:
             console.print("--layer times Linear layers on a GPU, and the device is the CPU, so:")
+        if args.grouped:
+            console.print("--grouped times grouped GEMMs on a GPU, and the device is the CPU, so:")
         return _bench_without_gpu(args, device, backend)
     if args.layer:
         return _bench_layer(args, device)
+    if args.grouped:
+        return _bench_grouped(args, device, backend)
     shapes = args.shapes or bench.SHAPE_SETS[args.set]
     out_dtype = torch.float32 if args.out_dtype == "float32" else torch.bfloat16
     n_impls = 1 + len(bench.available_peers(device))
@@ -103,15 +117,42 @@ def _write_outputs(args, report: dict, save_json, plot) -> int:
     return 0
 
 
+def _earlier_report(args) -> dict | None:
+    """The report ``--resume`` continues, or None without it."""
+    if not args.resume:
+        return None
+    if not args.json.exists():
+        raise UsageError(f"--resume: {args.json} does not exist; run without --resume to start the report")
+    try:
+        return json.loads(args.json.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--resume: {args.json} is not a JSON report ({exc}); start a new one") from None
+
+
+def _bench_grouped(args, device: torch.device, backend: str | None) -> int:
+    earlier = _earlier_report(args)
+    checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
+    report = grouped_bench.run(device, backend=backend, progress=lambda text: console.print(text, highlight=False),
+                               earlier=earlier, checkpoint=checkpoint, seed=args.seed)  # fmt: skip
+    print_grouped_summary(report)
+    return _write_outputs(args, report, _save_atomically, grouped_bench.plot)
+
+
+def print_grouped_summary(report: dict) -> None:
+    table = Table(title="Grouped GEMM: speed of ours over the other path (its time / ours), geomean over the cases")
+    for col in ("comparison", "cases", "geomean", "slowest", "target"):
+        table.add_column(col)
+    for name, s in report["summary"].items():
+        if "target" in s:
+            table.add_row(name, str(s["cases"]), f"{s['geomean']:.2f}x", f"{s['slowest']:.2f}x", f">= {s['target']}x")
+    console.print(table)
+    for name, why in report["environment"].get("missing", {}).items():
+        console.print(f"{name}: {why}", highlight=False)
+    console.print("ours runs: " + ", ".join(f"{k} {v}" for k, v in report["environment"]["ours_runs"].items()))
+
+
 def _bench_layer(args, device: torch.device) -> int:
-    earlier = None
-    if args.resume:
-        if not args.json.exists():
-            raise UsageError(f"--resume: {args.json} does not exist; run without --resume to start the report")
-        try:
-            earlier = json.loads(args.json.read_text())
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"--resume: {args.json} is not a JSON report ({exc}); start a new one") from None
+    earlier = _earlier_report(args)
     checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
     report = layer_bench.run(
         device,
