@@ -111,7 +111,7 @@ def test_info_fails_where_no_installed_backend_fits_the_device(capsys, monkeypat
         (["bench", "--seed", "x"], "argument --seed: 'x' is not a whole number"),
         (["check", "--random", "-1"], "argument --random: -1 is below 0"),
         (["bench", "--out-dtype", "fp8"], "argument --out-dtype: invalid choice"),
-        (["bench", "--resume"], "--resume goes with --layer and --json"),
+        (["bench", "--resume"], "--resume goes with --layer or --grouped and --json"),
         (["check", "--backend", "bogus"], "--backend='bogus' is not an installed backend"),
     ],
 )
