@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "fp8gemm/ceil_div.hpp"
+#include "fp8gemm/grouped_params.hpp"
 #include "fp8gemm/split_k.hpp"
 
 namespace fp8gemm_gfx942 {
@@ -41,10 +42,8 @@ inline Geometry geometry(int64_t m, int64_t n, int64_t k, int cu_count) {
   return g;
 }
 
-// Grouped GEMMs (grouped.hip), one launch, no split-K: 32-row tiles when the groups are decode-sized (rows per
-// group: the caller's expected_m, else M_max when masked, else the average), else 128. Grid: N tiles x row tiles;
-// masked, tiles_per_group row tiles per group; contiguous, the most row tiles any split of m rows into `groups`
-// groups can need: each non-empty group adds at most one partial tile to ceil(m / block_m).
+// Grouped GEMMs (grouped.hip), one launch, no split-K: 32-row tiles when the groups are decode-sized
+// (fp8gemm::grouped_rows_hint), else 128; the grid is N tiles x fp8gemm::grouped_row_tiles.
 struct GroupedGeometry {
   TileConfig config;
   int block_m;
@@ -55,12 +54,12 @@ struct GroupedGeometry {
 inline GroupedGeometry grouped_geometry(bool masked, int64_t m, int64_t n, int64_t groups, int64_t expected_m) {
   GroupedGeometry g{TileConfig::M128, 128, 0, 0, 0};
   if (m < 1 || groups < 1) return g;  // nothing to launch
-  const int64_t rows = expected_m > 0 ? expected_m : masked ? m : ceil_div(m, groups);
+  const int64_t rows = fp8gemm::grouped_rows_hint(masked, m, groups, expected_m);
   g.config = rows <= 32 ? TileConfig::M32 : TileConfig::M128;
   g.block_m = rows <= 32 ? 32 : 128;
   g.grid_x = ceil_div(n, kBlockN);
   g.tiles_per_group = masked ? ceil_div(m, g.block_m) : 0;
-  g.grid_y = masked ? groups * g.tiles_per_group : ceil_div(m, g.block_m) + (groups < m ? groups : m) - 1;
+  g.grid_y = fp8gemm::grouped_row_tiles(masked, m, groups, g.block_m);
   return g;
 }
 

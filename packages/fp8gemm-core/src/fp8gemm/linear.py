@@ -87,12 +87,12 @@ def _try_fast(x, weight, weight_scale, bias, pow2: bool, backend_name):
     x2d = x if len(shape) == 2 else x.reshape(-1, k)
     if not x2d.shape[0]:
         return None
-    x2d = runtime.kernel_rows(x2d)
     out_dtype = _gemm_dtype(x.dtype)
     if found.backend.linear is not None:
+        x2d = runtime.kernel_rows(x2d)
         y = _launch_linear(found.backend, x2d, in_kind, weight, weight_scale, weight_lds, out_dtype, pow2, dev)
     else:
-        q, scale = kernel_quantize(found.backend, x2d, pow2)
+        q, scale = kernel_quantize(found.backend, x2d, pow2)  # reads x2d in place where it can
         y = ops.try_fast_gemm(backend_name, q, weight, scale, weight_scale, None, out_dtype)
     return _finish(y, x, bias)
 

@@ -23,6 +23,18 @@ struct GroupedParams {
   int row_tiles;        // row tiles the grid covers
 };
 
+// Rows per group a tile choice can assume: the caller's expected_m, else M_max when masked, else the average.
+inline int64_t grouped_rows_hint(bool masked, int64_t m, int64_t groups, int64_t expected_m) {
+  return expected_m > 0 ? expected_m : masked ? m : (m + groups - 1) / groups;
+}
+
+// Row tiles of block_m rows the grid must cover. Masked: tiles_per_group for each group. Contiguous: the most any
+// split of m rows into `groups` groups can need, as each non-empty group adds at most one partial tile.
+inline int64_t grouped_row_tiles(bool masked, int64_t m, int64_t groups, int64_t block_m) {
+  const int64_t tiles = (m + block_m - 1) / block_m;
+  return masked ? groups * tiles : tiles + (groups < m ? groups : m) - 1;
+}
+
 // The parameter block of one grouped launch; the host checks sizes only (group_rows is the device's to clamp).
 inline GroupedParams grouped_params(const GroupedArgs& args, int64_t tiles_per_group, int64_t row_tiles) {
   const bool masked = args.layout == kGroupedMasked;
