@@ -39,6 +39,7 @@ def built(request, tmp_path_factory):
 
 
 ONE_SET = 1  # tile_config.hpp MainLoop::kOneSet
+SM90A_GEMM_KERNELS = 20  # tile_config.hpp: the 16 kTiles and the 4 kGroupedTiles
 
 
 def sm90a_kernel_params(name: str) -> tuple[int, ...] | None:
@@ -136,7 +137,7 @@ def test_sm90a_promotion_ffmas_read_their_operands_from_two_register_banks(built
         if "gemm_kernel" in name:
             ops = [(int(a), int(c)) for _, a, c in ffma.findall(body)]
             counts[name] = (len(ops), sum(a % 2 == c % 2 for a, c in ops))
-    assert len(counts) == 16 and all(total > 0 for total, _ in counts.values()), counts
+    assert len(counts) == SM90A_GEMM_KERNELS and all(total > 0 for total, _ in counts.values()), counts
     assert all(same == 0 for _, same in counts.values()), counts
 
 
@@ -159,7 +160,7 @@ def test_sm90a_wgmma_is_not_serialized(built):
         for name, body in sass_by_function(require_tool("cuobjdump"), module).items()
         if "gemm_kernel" in name
     }
-    assert len(counts) == 16 and all(qgmma >= 4 for qgmma, _ in counts.values()), counts
+    assert len(counts) == SM90A_GEMM_KERNELS and all(qgmma >= 4 for qgmma, _ in counts.values()), counts
     assert all(qgmma >= 4 * waits for qgmma, waits in counts.values()), counts
 
 
@@ -175,7 +176,8 @@ def test_sm90a_two_set_tiles_prefetch_their_first_b_scales(built):
         if params := sm90a_kernel_params(name):
             two_set = params[3] != ONE_SET
             prefetches[name] = (two_set, ops["CCTL.E.PF2"])
-    assert sum(two_set for two_set, _ in prefetches.values()) == 10, prefetches  # 8 two-set, 2 split warpgroups
+    # 8 two-set, 2 split warpgroups, 2 grouped two-set
+    assert sum(two_set for two_set, _ in prefetches.values()) == 12, prefetches
     assert all((count > 0) == two_set for two_set, count in prefetches.values()), prefetches
 
 

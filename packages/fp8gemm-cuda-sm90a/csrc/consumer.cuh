@@ -87,13 +87,15 @@ __device__ __forceinline__ void with_former(int offset, F&& f) {
 
 // The B-scale rows of a tile whose first column is n_first: the 128-block holding that column and
 // the next one (past N, the first again). A tile wholly past N (the odd one out of an N pair) reads
-// the last row; its columns are masked either way.
+// the last row; its columns are masked either way. A grouped tile's group's rows.
 struct ScaleRows {
   const float *first, *next;
 };
-__device__ __forceinline__ ScaleRows b_scale_rows(const Params& p, int n_first) {
+template <class C>
+__device__ __forceinline__ ScaleRows b_scale_rows(const Params& p, const Tile& tile, int n_first) {
   const int n_row = min(n_first, p.n - 1) / kBlockK;
-  const float* first = p.b_scale + n_row * p.sb_ld;
+  const float* base = C::kType == GemmType::kGrouped ? p.b_scale + tile.group * p.sb_gs : p.b_scale;
+  const float* first = base + n_row * p.sb_ld;
   return {first, (n_row + 1) * kBlockK < p.n ? first + p.sb_ld : first};
 }
 

@@ -12,8 +12,14 @@ namespace fp8gemm_sm90a {
 // One consumer warpgroup's bf16 tile from its epilogue buffer to global memory (one thread).
 template <typename C, int kBlockN, int kSub>
 __device__ __forceinline__ void store_warpgroup_tile(const CUtensorMap* map_out, const uint8_t* buf, const Params& p,
-                                                     int row0, int n_first, int warpgroup) {
-  if constexpr (C::kWideStore) {
+                                                     int row0, int n_first, int warpgroup, int a_group = 0) {
+  if constexpr (C::kType == GemmType::kGrouped) {  // 3-D map; the box lies inside the group (epilogue_tma)
+    static_assert(C::kWideStore, "grouped kernels: 64-column store boxes");
+    const int row = row0 + warpgroup * kSub * 64;
+#pragma unroll
+    for (int c = 0; c < kBlockN / 64; ++c)
+      if (n_first + 64 * c < p.n) tma_store_3d(map_out, buf + c * (kSub * 64 * 128), n_first + 64 * c, row, a_group);
+  } else if constexpr (C::kWideStore) {
     const int row = row0 + warpgroup * kSub * 64;
     if (row < p.m) {
 #pragma unroll
@@ -33,6 +39,22 @@ __device__ __forceinline__ void store_warpgroup_tile(const CUtensorMap* map_out,
     }
   }
   tma_store_commit();
+}
+
+// Grouped kernels: the rows [tile.lo, tile.hi) of a warpgroup's staged bf16 tile (64-column boxes of 64 kSub
+// rows, 16-byte chunk c of row r at chunk c ^ (r % 8): epilogue_tma's layout), 16 bytes per thread and step.
+template <class C>
+__device__ __forceinline__ void copy_rows_out(const uint8_t* buf, const Params& p, const Tile& tile, int first_row,
+                                              int n_first, int thread) {
+  constexpr int kRows = 64 * C::kSub, kChunks = C::kBlockN / 8;
+  const int lo = max(tile.lo - first_row, 0), hi = min(tile.hi - first_row, kRows);
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + tile.a_group * p.out_gs;
+  for (int i = thread; i < (hi - lo) * kChunks; i += 128) {
+    const int r = lo + i / kChunks, c = i % kChunks, col = n_first + 8 * c;
+    if (col >= p.n) continue;  // N % 16 == 0: a chunk is wholly inside N or outside
+    const uint4 v = *reinterpret_cast<const uint4*>(buf + (c / 8) * (kRows * 128) + r * 128 + (((c % 8) ^ (r % 8)) << 4));
+    *reinterpret_cast<uint4*>(out + int64_t(first_row + r) * p.ldo + col) = v;
+  }
 }
 
 // bf16 through shared memory: stage the warpgroup's 64 kSub x BLOCK_N rows as TMA boxes, then one thread
@@ -78,7 +100,16 @@ __device__ __forceinline__ void epilogue_tma(const CUtensorMap* map_out, uint8_t
     return;
   }
   named_bar_sync<128>(1 + warpgroup);
-  if (issuer) store_warpgroup_tile<C, kBlockN, kSub>(map_out, buf, p, tile.row0, n_first, warpgroup);
+  if constexpr (C::kType == GemmType::kGrouped) {
+    // A box wholly inside the tile's rows of its group leaves by TMA; one that is not would write the neighbour
+    // group's rows, so the warpgroup copies just its rows of the group out of the buffer.
+    const int first = tile.row0 + warpgroup * kSub * 64;
+    if (first < tile.lo || first + kSub * 64 > tile.hi) {
+      copy_rows_out<C>(buf, p, tile, first, n_first, threadIdx.x % 128);
+      return;
+    }
+  }
+  if (issuer) store_warpgroup_tile<C, kBlockN, kSub>(map_out, buf, p, tile.row0, n_first, warpgroup, tile.a_group);
 }
 
 // fp32 output, split-K partials, narrow bf16 tiles: direct stores. N % 16 == 0, so an 8-column group is
@@ -91,10 +122,17 @@ __device__ __forceinline__ void epilogue_direct(const Params& p, const Tile& til
   for (int i = 0; i < 2 * C::kSub; ++i) {  // row (lane / 4) + 8 half of slice i / 2: one row pointer each
     const int slice = i / 2, half = i % 2;
     const int row = tile.row0 + row_in_tile + 64 * slice + 8 * half;
-    if (row >= p.m) continue;
-    float* row_f32 = p.partial ? p.partial + (int64_t(tile.split) * p.m + row) * p.n
-                               : static_cast<float*>(p.out) + row * p.ldo;  // fp32 out or partials
-    __nv_bfloat16* row_bf16 = static_cast<__nv_bfloat16*>(p.out) + row * p.ldo;
+    float* row_f32;  // fp32 out or partials
+    __nv_bfloat16* row_bf16;
+    if constexpr (C::kType == GemmType::kGrouped) {  // only the tile's rows of its group; no split-K
+      if (row < tile.lo || row >= tile.hi) continue;
+      const int64_t at = tile.a_group * p.out_gs + row * p.ldo;
+      row_f32 = static_cast<float*>(p.out) + at, row_bf16 = static_cast<__nv_bfloat16*>(p.out) + at;
+    } else {
+      if (row >= p.m) continue;
+      row_f32 = p.partial ? p.partial + (int64_t(tile.split) * p.m + row) * p.n : static_cast<float*>(p.out) + row * p.ldo;
+      row_bf16 = static_cast<__nv_bfloat16*>(p.out) + row * p.ldo;
+    }
     const bool f32 = p.partial || p.out_fp32;
 #pragma unroll
     for (int g = 0; g < C::kGroups; ++g) {

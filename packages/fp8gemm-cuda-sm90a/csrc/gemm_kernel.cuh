@@ -10,6 +10,9 @@
 // K): mainloop_two_set.cuh or mainloop_one_set.cuh, by the tile's MainLoop. Then epilogue.cuh.
 // With kCluster = 2, two CTAs of a cluster share (multicast) one operand; with kCluster = 1 the launch may
 // still pair CTAs in 2-CTA clusters for placement only: the kernel never addresses its peer.
+// Grouped kernels (kType = GemmType::kGrouped, grouped.cu) are the same kernel on 3-D tensor maps whose third
+// coordinate is the group, walking the groups' tiles (scheduler.cuh GroupCursor); a warpgroup whose rows cross
+// its group's end stores directly, masked to the group's rows.
 // The parts and their choices: docs/kernels/sm90a-structure.md.
 #pragma once
 
@@ -27,12 +30,12 @@
 
 namespace fp8gemm_sm90a {
 
-template <int kRows, int kCols, int kCluster, MainLoop kLoop>
-__global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop>::kThreads, 1)
+template <int kRows, int kCols, int kCluster, MainLoop kLoop, GemmType kType = GemmType::kDense>
+__global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kType>::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_scale, const __grid_constant__ CUtensorMap map_out,
                 const Params p) {
-  using C = KernelTraits<kRows, kCols, kCluster, kLoop>;
+  using C = KernelTraits<kRows, kCols, kCluster, kLoop, kType>;
   constexpr int kStages = C::kStages, kSub = C::kSub, kBlockN = C::kBlockN;
   extern __shared__ uint8_t smem_raw[];
   const SharedStorage<C> smem(
@@ -88,11 +91,13 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop>::k
   const uint32_t scale_addr =
       kSub > 1 ? pinned(smem_u32(smem.scales + row_in_tile)) : smem_u32(smem.scales + row_in_tile);
   Consumer<C, kCluster> consumer{smem, a_desc_base, b_desc_base, scale_addr, smem_u32(smem.seg_scales), lane, k_part};
+  Tiles<C, kCluster> tiles;
   for (int t = walk.first; t < walk.count; t += walk.stride) {
-    const Tile tile = tile_at<kCluster, C::kAlongN, C::kBlockM>(p, t, rank);
+    if (!tiles.more(p, t)) break;
+    const Tile tile = tiles.at(p, t, rank);
     const KRange k = k_range(p, tile, kb_total);
     const int n_first = tile.n_block * kBlockN;
-    const ScaleRows sb_rows = b_scale_rows(p, n_first);  // the two-set loop's B scales
+    const ScaleRows sb_rows = b_scale_rows<C>(p, tile, n_first);  // the two-set loop's B scales
     float total[kSub][C::kAcc];
 #pragma unroll
     for (int i = 0; i < kSub * C::kAcc; ++i) total[i / C::kAcc][i % C::kAcc] = 0.0f;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "fp8gemm/ceil_div.hpp"
+#include "fp8gemm/grouped_params.hpp"
 #include "fp8gemm/split_k.hpp"
 #include "tile_config.hpp"
 
@@ -148,6 +149,51 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
   t.loop = main_loop_for(t, p.kb_per_split);
   p.workspace_bytes = fp8gemm::split_workspace_bytes(p.splits, m, n);
   return p;
+}
+
+// ---- Grouped GEMMs (grouped.cu): one of tile_config.hpp kGroupedTiles for the rows a group is expected to hold.
+
+struct GroupedPlan {
+  TileConfig tile;
+  int64_t row_tiles;  // a bound on the row tiles of every group together (the walk ends at the last real one)
+  int64_t n_blocks;
+  int64_t grid;  // persistent CTAs
+};
+
+// The dense model's rates for the grouped kernels' shapes (their 1-CTA tiles).
+constexpr TileRate kGroupedRates[] = {{64, 128, 1, 690}, {128, 128, 1, 1120}, {256, 128, 1, 1230}};
+
+// Row tiles the walk can meet. Masked: every group's tiles of M_max rows. Contiguous: a group's tiles start at its
+// first row rounded down to 4 (scheduler.cuh GroupCursor), so each non-empty group adds at most two partial tiles.
+inline int64_t grouped_row_tile_bound(bool masked, int64_t m, int64_t groups, int rows) {
+  return masked ? groups * ceil_div(m, rows) : ceil_div(m, rows) + 2 * std::min(groups, m);
+}
+
+// The candidate with the smallest modelled time for `groups` groups of the hinted rows each (whole waves of tiles
+// at the tile's rate); 64-row tiles only for groups of up to 64 rows (decode), where taller ones compute padding.
+inline GroupedPlan grouped_plan_for(bool masked, int64_t m, int64_t n, int64_t k, int64_t groups, int64_t expected_m,
+                                    int sm_count) {
+  const int64_t hint = std::max<int64_t>(1, fp8gemm::grouped_rows_hint(masked, m, groups, expected_m));
+  GroupedPlan p{};
+  double best = 0;
+  for (const TileRate& t : kGroupedRates) {
+    if (hint <= 64 && t.rows > 64) continue;
+    const int64_t tiles = groups * ceil_div(hint, t.rows) * ceil_div(n, t.cols);
+    const double us = double(ceil_div(tiles, sm_count)) * 2.0 * t.rows * t.cols * k / (t.tflops * 1e6 / sm_count);
+    if (best == 0 || us < best) best = us, p.tile = TileConfig{t.rows, t.cols, 1, MainLoop::kTwoSets};
+  }
+  p.tile.loop = main_loop_for(p.tile, static_cast<int>(k / kBlockK));
+  p.n_blocks = ceil_div(n, p.tile.cols);
+  p.row_tiles = grouped_row_tile_bound(masked, m, groups, p.tile.rows);
+  p.grid = std::min<int64_t>(p.row_tiles * p.n_blocks, sm_count);
+  return p;
+}
+
+// The index of `tile` in kGroupedTiles, or -1 where no grouped kernel of that shape is compiled.
+constexpr int grouped_tile_index(const TileConfig& tile) {
+  for (int i = 0; i < kGroupedTileCount; ++i)
+    if (kGroupedTiles[i].same_kernel(tile)) return i;
+  return -1;
 }
 
 }  // namespace fp8gemm_sm90a

@@ -21,6 +21,11 @@ struct Params {
   int tx_bytes;  // bytes per stage, as the tensor maps' boxes give them (launch_tiles.cuh: short_a)
   // The cluster tiles' order (groups of the plan's group_m M blocks for L2 reuse), its divisors computed at launch.
   TileOrder order;
+  // Grouped kernels: m is the rows of A's view (M, or M_max when masked) and m_blocks a bound on the row tiles.
+  // Group g's B and B scales are at group coordinate g; its A rows, A scales and out rows at g when masked, else 0.
+  const int32_t* group_rows;  // contiguous: cumulative row ends; masked: rows per group (device values, clamped)
+  int groups, masked;
+  int64_t sb_gs, out_gs;  // group strides (elements) of the B scales and of out (masked)
 };
 
 // B-scale segments: the B scales of up to kSegKb K blocks of a tile (two 128-row blocks of N), double
@@ -42,8 +47,9 @@ constexpr int stages_for(int block_m, int block_n, int extra = 0, int cap = 12) 
 // A TMA box of fp32 scales starts and spans whole 16 bytes in its inner dimension (M): 4 rows.
 __host__ __device__ constexpr int round_up_to_4_rows(int rows) { return (rows + 3) & ~3; }
 
-template <int kRows, int kCols, int kCluster, MainLoop kLoop>
+template <int kRows, int kCols, int kCluster, MainLoop kLoop, GemmType kGemm = GemmType::kDense>
 struct KernelTraits {
+  static constexpr GemmType kType = kGemm;
   static constexpr int kBlockM = kRows, kBlockN = kCols;
   // kSub: 64-row slices per consumer warpgroup; 256-row tiles are two warpgroups of two slices, multiplied
   // one after the other into one accumulator set.
@@ -86,7 +92,10 @@ struct KernelTraits {
   static constexpr bool kWideStore = kBlockN % 64 == 0;
   // 256-row tiles hand their epilogue buffer to a producer warp that issues the TMA stores and waits
   // for them, so no consumer warp lags behind its warpgroup into the next tile's first wgmma.
-  static constexpr bool kStoreWarp = kTmaStore && kSub == 2;
+  // Grouped kernels store each warpgroup's rows themselves: a warpgroup whose rows cross a group's end stores
+  // directly (masked) instead, which the store warp's fixed hand-over cannot follow.
+  static constexpr bool kStoreWarp = kTmaStore && kSub == 2 && kType == GemmType::kDense;
+  static_assert(kType == GemmType::kDense || (kCluster == 1 && !kSplitK), "grouped kernels: 1-CTA tiles, no K split");
   // The one-set loop's stage release: one arrive per consumer warp (lane 0's) on 256-row tiles, one per
   // thread elsewhere; the two-set loop: per warp.
   static constexpr bool kLane0Release = kSub == 2;

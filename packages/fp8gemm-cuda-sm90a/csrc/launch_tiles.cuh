@@ -58,6 +58,44 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, int elem_bytes,
   return map;
 }
 
+// 3-D map over `groups` row-major [rows, cols] matrices, `group_ld` elements apart (grouped kernels: the group is
+// the third coordinate, so a box never reaches into the next group's rows).
+CUtensorMap make_map_3d(const void* base, CUtensorMapDataType type, int elem_bytes, int64_t cols, int64_t rows,
+                        int64_t groups, int64_t ld, int64_t group_ld, uint32_t box_cols, uint32_t box_rows,
+                        CUtensorMapSwizzle swizzle) {
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(groups)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld * elem_bytes), static_cast<cuuint64_t>(group_ld * elem_bytes)};
+  const cuuint32_t box[3] = {box_cols, box_rows, 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode_fn()(&map, type, 3, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) kDevices.fail("cuTensorMapEncodeTiled (3-D) failed (" + std::to_string(r) + ")");
+  return map;
+}
+
+// The launch configuration every tile shares: persistent grid, programmatic dependent launch (the CTAs may start
+// while the previous grid runs; the kernel waits for it before its first read), cluster dimension 1 (attrs[0]).
+struct LaunchConfig {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attrs[2];
+  LaunchConfig(const LaunchConfig&) = delete;  // config.attrs points into this object
+  LaunchConfig(int grid, int threads, int smem_bytes, cudaStream_t stream) {
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = 1, attrs[0].val.clusterDim.y = 1, attrs[0].val.clusterDim.z = 1;
+    attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[1].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attrs;
+    config.numAttrs = 2;
+  }
+};
+
 template <int kIndex>
 void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaStream_t stream, int dev) {
   constexpr TileConfig kTile = kTiles[kIndex];
@@ -91,26 +129,14 @@ void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaS
   // bytes it fills past the end of a box too.
   p.tx_bytes = (short_a ? rows_a * kBlockK : C::kABytes) + C::kBBytes + scales_a * 4;
   p.order = make_tile_order(m_groups_of<kCluster, C::kAlongN>(p), n_groups_of<kCluster, C::kAlongN>(p), plan.group_m);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(C::kThreads);
-  config.dynamicSmemBytes = C::kSmemBytes;
-  config.stream = stream;
   // 2-CTA clusters: multicast pairs (kCluster = 2) or the plan's placement pairs of 1-CTA tiles.
   // Persistent: no more clusters than can be resident at once (asked once per device). A GPU without
   // room for 2-CTA clusters runs placement pairs unpaired. Unpaired launches keep the attribute at 1, which
   // is not a plain launch: it places neighbouring CTAs on different TPCs (plain: CTAs 2i and 2i + 1 on one).
   // The unpaired decode plans were tuned this way; a plain launch measured mixed there.
-  cudaLaunchAttribute attrs[2];
-  cudaLaunchAttribute& cluster = attrs[0];
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-  // Programmatic dependent launch: the CTAs may start while the previous grid (the activation quantizer, which
-  // releases its dependents at its start) runs; the kernel waits for it before its first read (wait_prior_grid).
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attrs;
-  config.numAttrs = 2;
+  LaunchConfig launch(grid, C::kThreads, C::kSmemBytes, stream);
+  cudaLaunchConfig_t& config = launch.config;
+  cudaLaunchAttribute& cluster = launch.attrs[0];
   if (kCluster > 1 || plan.placement_pairs) {
     cluster.val.clusterDim.x = 2;
     static std::once_flag asked[kMaxDevices];

@@ -30,7 +30,7 @@ std::string compiled_tiles() {
 pybind11::dict build_info() {
   pybind11::dict info = fp8gemm::build_info(
       "wgmma m64nNk32 e4m3 (N 16..192, multiples of 16), TMA + mbarrier pipeline, warp-specialised, persistent, "
-      "tile chosen by a wave model, split-K for small M");
+      "tile chosen by a wave model, split-K for small M; grouped (contiguous, masked) in one persistent launch");
   info["tiles"] = compiled_tiles();
   return info;
 }
@@ -42,4 +42,5 @@ PYBIND11_MODULE(_C, m) {
   fp8gemm::define_quantize_entry(m, &fp8gemm_sm90a::quantize);
   // A scales: MN-major with 16-byte columns (its backend.py's a_scale_layout).
   fp8gemm::define_two_step_linear_entry(m, &fp8gemm_sm90a::quantize, &fp8gemm_sm90a::launch, &fp8gemm_sm90a::workspace_bytes, 4);
+  fp8gemm::define_grouped_entry(m, &fp8gemm_sm90a::grouped_launch, &fp8gemm_sm90a::grouped_workspace_bytes);
 }

@@ -15,7 +15,7 @@ template <class C>
 __device__ __forceinline__ void write_scale_segments(const SharedStorage<C>& smem, const Params& p, const Tile& tile,
                                                      KRange k, int lane, int& seg) {
   // A tile whose width does not divide 128 may straddle two scale blocks.
-  const auto [sb_row0, sb_row1] = b_scale_rows(p, tile.n_block * C::kBlockN);
+  const auto [sb_row0, sb_row1] = b_scale_rows<C>(p, tile, tile.n_block * C::kBlockN);
   for (int kb0 = k.begin; kb0 < k.end; kb0 += kSegKb, ++seg) {
     const int b = seg & 1;
     mbar_wait(&smem.seg_empty[b], ((seg >> 1) & 1) ^ 1);  // a fresh barrier passes the first round
@@ -42,7 +42,7 @@ __device__ __forceinline__ void load_tile(const SharedStorage<C>& smem, const CU
     // The two-set loop's consumers load a tile's first B-scale batch at the tile's start, a DRAM miss
     // after an L2 flush; this thread runs stages ahead of them, so it sends that line (two for a
     // straddling tile) to L2 first.
-    const auto [sb_row0, sb_row1] = b_scale_rows(p, tile.n_block * kBlockN);
+    const auto [sb_row0, sb_row1] = b_scale_rows<C>(p, tile, tile.n_block * kBlockN);
     prefetch_l2(sb_row0 + k.begin);
     if constexpr (!C::kUniformScaleB) prefetch_l2(sb_row1 + k.begin);
   }
@@ -50,6 +50,12 @@ __device__ __forceinline__ void load_tile(const SharedStorage<C>& smem, const CU
     const int s = ring.stage;
     mbar_wait(&smem.empty[s], ring.phase ^ 1);
     mbar_expect_tx(&smem.full[s], p.tx_bytes);
+    if constexpr (C::kType == GemmType::kGrouped) {  // 3-D maps: the group is the third coordinate
+      tma_load_3d(smem.tiles_a + s * C::kABytes, map_a, &smem.full[s], kb * kBlockK, tile.row0, tile.a_group);
+      tma_load_3d(smem.scales + s * C::kBlockM, map_scale, &smem.full[s], tile.row0, kb, tile.a_group);
+      tma_load_3d(smem.tiles_b + s * C::kBBytes, map_b, &smem.full[s], kb * kBlockK, tile.n_block * kBlockN, tile.group);
+      continue;
+    }
     if constexpr (C::kAlongN) {  // this CTA's half of A, into both CTAs
       constexpr int kRows = C::kBlockM / kCluster;
       tma_load_2d_multicast(smem.tiles_a + s * C::kABytes + rank * kRows * kBlockK, map_a, &smem.full[s], kb * kBlockK,
@@ -76,7 +82,7 @@ __device__ __forceinline__ void store_tiles(const SharedStorage<C>& smem, const 
                                             TileWalk walk, int rank, int lane) {
   const bool issuer = lane == 0;
   for (int t = walk.first; t < walk.count; t += walk.stride) {
-    const Tile tile = tile_at<kCluster, C::kAlongN, C::kBlockM>(p, t, rank);
+    const Tile tile = tile_at<kCluster, C::kAlongN, C::kBlockM>(p, t, rank);  // dense kernels only (kStoreWarp)
     if (issuer) tma_store_wait_read();  // the last tile's reads
     __syncwarp();
 #pragma unroll
@@ -103,8 +109,10 @@ __device__ __forceinline__ void run_producer(const SharedStorage<C>& smem, const
   if (tma_thread || (C::kSegmentScalesB && producer_warp == 1)) {
     Ring<C::kStages> ring;
     int seg = 0;  // B-scale segments written so far
+    Tiles<C, kCluster> tiles;
     for (int t = walk.first; t < walk.count; t += walk.stride) {
-      const Tile tile = tile_at<kCluster, C::kAlongN, C::kBlockM>(p, t, rank);
+      if (!tiles.more(p, t)) break;
+      const Tile tile = tiles.at(p, t, rank);
       const KRange k = k_range(p, tile, kb_total);
       if (C::kSegmentScalesB && producer_warp == 1) {
         write_scale_segments(smem, p, tile, k, lane, seg);
@@ -113,7 +121,8 @@ __device__ __forceinline__ void run_producer(const SharedStorage<C>& smem, const
       load_tile<C, kCluster>(smem, map_a, map_b, map_scale, p, tile, k, rank, ring);
     }
   }
-  if (C::kStoreWarp && producer_warp == 2 && !p.partial && !p.out_fp32) store_tiles<C, kCluster>(smem, map_out, p, walk, rank, lane);
+  if constexpr (C::kStoreWarp)
+    if (producer_warp == 2 && !p.partial && !p.out_fp32) store_tiles<C, kCluster>(smem, map_out, p, walk, rank, lane);
 }
 
 }  // namespace fp8gemm_sm90a

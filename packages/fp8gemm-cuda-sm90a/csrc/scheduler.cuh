@@ -2,6 +2,7 @@
 // (the order itself: tile_order.hpp), and the pipeline position the producer and consumers advance.
 #pragma once
 
+#include "group_cursor.hpp"
 #include "kernel_traits.cuh"
 
 namespace fp8gemm_sm90a {
@@ -9,6 +10,9 @@ namespace fp8gemm_sm90a {
 struct Tile {
   int m_block, n_block, split;
   int row0;  // first row of A and of the output it covers (see tile_at)
+  // Grouped kernels: the group (B's coordinate), A's and out's group coordinate (the group when masked, else 0),
+  // and the rows [lo, hi) the tile stores. Dense tiles: 0, 0 and all rows.
+  int group = 0, a_group = 0, lo = 0, hi = 0;
 };
 
 // Cluster tiles: a cluster takes kCluster adjacent blocks along M (or along N).
@@ -43,7 +47,30 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   return tile;
 }
 
-// The CTA's walk over its cluster tiles: first_tile, first_tile + stride, ... below count.
+// Every role's source of tiles: tile_at for one GEMM, the group cursor for grouped kernels. `more(t)` first (false
+// once a grouped walk is past the last group's tiles; always true for one GEMM), then `at(t)`.
+template <class C, int kCluster>
+struct Tiles {
+  GroupCursor<C::kBlockM> cursor;
+  __device__ __forceinline__ bool more(const Params& p, int t) {
+    if constexpr (C::kType == GemmType::kGrouped) return cursor.seek(p, t);
+    else return true;
+  }
+  __device__ __forceinline__ Tile at(const Params& p, int t, int rank) const {
+    if constexpr (C::kType == GemmType::kGrouped) {
+      const GroupTile g = cursor.tile(p, t);
+      Tile tile;
+      tile.m_block = g.m_block, tile.n_block = g.n_block, tile.split = 0, tile.row0 = g.row0;
+      tile.group = g.group, tile.a_group = p.masked ? g.group : 0, tile.lo = g.lo, tile.hi = g.hi;
+      return tile;
+    } else {
+      return tile_at<kCluster, C::kAlongN, C::kBlockM>(p, t, rank);
+    }
+  }
+};
+
+// The CTA's walk over its cluster tiles: first_tile, first_tile + stride, ... below count (grouped kernels: the
+// host's bound, m_blocks row tiles per N block, and the cursor ends the walk).
 struct TileWalk {
   int first, stride, count;
 };

@@ -22,6 +22,10 @@ enum class Unit : int {
   kRegisterLevel10 = 1  // tiles_register_level10.cu: --register-usage-level=10, measured faster on these tiles
 };
 
+// What a kernel multiplies (DeepGEMM's GemmType): one GEMM, or one per group of rows (mixture of experts) whose
+// tiles never cross a group (scheduler.cuh GroupedTiles).
+enum class GemmType : int { kDense = 0, kGrouped = 1 };
+
 struct TileConfig {
   int rows;     // BLOCK_M: 64, 128, 192 or 256 (two warpgroups of two 64-row slices)
   int cols;     // BLOCK_N: a multiple of 16 up to 192
@@ -55,6 +59,16 @@ constexpr TileConfig kTiles[] = {
     {64, 32, 1, MainLoop::kSplitWarpgroups, Unit::kRegisterLevel10},
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
+
+// The grouped kernels (grouped.cu): decode groups on 64-row tiles, then 128 and 256 rows; one CTA each (a
+// cluster's two tiles may lie in different groups).
+constexpr TileConfig kGroupedTiles[] = {
+    {64, 128, 1, MainLoop::kTwoSets},
+    {128, 128, 1, MainLoop::kTwoSets},
+    {128, 128, 1, MainLoop::kOneSet},
+    {256, 128, 1, MainLoop::kOneSet},
+};
+constexpr int kGroupedTileCount = sizeof(kGroupedTiles) / sizeof(kGroupedTiles[0]);
 
 // The index of `tile` in kTiles, or -1 where it is not compiled.
 constexpr int tile_index(const TileConfig& tile) {

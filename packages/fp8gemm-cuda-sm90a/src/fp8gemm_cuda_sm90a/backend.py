@@ -1,7 +1,7 @@
 """The backend descriptor the core loads through the ``fp8gemm.backends`` entry point."""
 
 from fp8gemm.arch_module import backend_from_module
-from fp8gemm.protocol import K_MAJOR, MN_MAJOR, Backend, ScaleLayout
+from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, K_MAJOR, MN_MAJOR, Backend, ScaleLayout
 
 from . import __version__
 
@@ -9,7 +9,9 @@ from . import __version__
 def load() -> Backend:
     from . import _C  # an ImportError here is reported by `fp8gemm info`, not swallowed
 
-    # A's scales arrive by TMA as one row of the MN-major matrix per K block: 16-byte row stride.
+    # A's scales arrive by TMA as one row of the MN-major matrix per K block: 16-byte row stride. Grouped GEMMs:
+    # contiguous and masked layouts, one persistent launch each (csrc/grouped.cu).
     return backend_from_module(_C, name="sm90a", package="fp8gemm-cuda-sm90a", version=__version__,
                                fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, 4),
-                               b_scale_layout=ScaleLayout(K_MAJOR, 1), priority=10)  # fmt: skip
+                               b_scale_layout=ScaleLayout(K_MAJOR, 1), priority=10,
+                               grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED))  # fmt: skip

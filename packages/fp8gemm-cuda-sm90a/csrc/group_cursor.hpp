@@ -1,0 +1,73 @@
+// Grouped kernels' tile walk (scheduler.cuh Tiles): a CTA's cursor over the groups as its tile index grows. Plain
+// C++, so tests drive it on the host with the device's arithmetic.
+//
+// Group g's tiles are its row tiles x the N blocks, after every earlier group's; within a group, panels of 16 row
+// tiles, row tiles fastest (as tile_order.hpp). Its row tiles start at its first row rounded down to 4 (a TMA box of
+// A scales starts 16-byte aligned), so a tile may load rows of the group before; it stores only [lo, hi). Group ends
+// are clamped to [previous end, m] (masked: [0, m]) here, so no tile reads or writes outside A or out.
+#pragma once
+#include <cstdint>
+
+#include "tile_order.hpp"
+
+namespace fp8gemm_sm90a {
+
+struct GroupTile {
+  int group, m_block, n_block;
+  int row0;    // first row the tile loads: at most lo, and row0 + block_m reaches hi or the last row
+  int lo, hi;  // the rows it stores (contiguous: rows of A; masked: rows of the group's matrix)
+};
+
+FP8GEMM_SM90A_HD int group_rows_at(const int32_t* rows, int g) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(rows + g);
+#else
+  return rows[g];
+#endif
+}
+
+// P: the kernel's Params (group_rows, groups, masked, m: rows of A's view, n_blocks).
+template <int kBlockM>
+struct GroupCursor {
+  int group = -1, first_tile = 0, tiles = 0;
+  int begin = 0, end = 0, first_row = 0, row_tiles = 0;
+
+  // Moves to the group holding tile t (t never decreases between calls); false past the last group's tiles.
+  template <class P>
+  FP8GEMM_SM90A_HD bool seek(const P& p, int t) {
+    while (t >= first_tile + tiles) {
+      first_tile += tiles, tiles = 0;
+      if (++group >= p.groups) return false;
+      const int rows = group_rows_at(p.group_rows, group);
+      begin = p.masked ? 0 : end;
+      end = rows < begin ? begin : rows > p.m ? p.m : rows;
+      first_row = begin & ~3;
+      row_tiles = end > begin ? (end - first_row + kBlockM - 1) / kBlockM : 0;
+      tiles = row_tiles * p.n_blocks;
+    }
+    return true;
+  }
+
+  // Tile t of the walk, after seek(t).
+  template <class P>
+  FP8GEMM_SM90A_HD GroupTile tile(const P& p, int t) const {
+    constexpr int kPanel = 16;
+    const int u = t - first_tile, panel = u / (kPanel * p.n_blocks);
+    const int rem = u - panel * kPanel * p.n_blocks;
+    const int rows_in_panel = row_tiles - panel * kPanel < kPanel ? row_tiles - panel * kPanel : kPanel;
+    GroupTile g;
+    g.group = group;
+    g.n_block = rem / rows_in_panel;
+    g.m_block = panel * kPanel + rem - g.n_block * rows_in_panel;
+    const int nominal = first_row + g.m_block * kBlockM;
+    g.lo = nominal > begin ? nominal : begin;
+    g.hi = nominal + kBlockM < end ? nominal + kBlockM : end;
+    // As the dense tile_at: a tile reaching past the rows loads the last kBlockM real rows (from a 4-row boundary)
+    // instead, since TMA fills rows past the end slowly.
+    const int last = p.m - kBlockM > 0 ? (p.m - kBlockM + 3) & ~3 : 0;
+    g.row0 = nominal < last ? nominal : last;
+    return g;
+  }
+};
+
+}  // namespace fp8gemm_sm90a

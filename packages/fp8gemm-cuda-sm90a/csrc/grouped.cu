@@ -1,0 +1,93 @@
+// Host side of the grouped GEMMs: checks the sizes (group_rows is the device's to clamp), picks the tile
+// (heuristics.hpp grouped_plan_for), encodes 3-D tensor maps whose third coordinate is the group and launches the
+// grouped kernel (gemm_kernel with GemmType::kGrouped) once on the caller's stream.
+#include <climits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "launch_tiles.cuh"
+
+namespace fp8gemm_sm90a {
+namespace {
+
+// A: [groups][rows][k]; contiguous: one group of all M rows (its group stride is never stepped over).
+template <int kIndex>
+void launch_grouped_tile(const fp8gemm::GroupedArgs& a, Params p, const GroupedPlan& plan, cudaStream_t stream, int dev) {
+  constexpr TileConfig kTile = kGroupedTiles[kIndex];
+  using C = KernelTraits<kTile.rows, kTile.cols, 1, kTile.loop, GemmType::kGrouped>;
+  auto kernel = gemm_kernel<kTile.rows, kTile.cols, 1, kTile.loop, GemmType::kGrouped>;
+  static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
+  std::call_once(configured[dev], [&] {
+    kDevices.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
+                   "cudaFuncSetAttribute");
+  });
+  const bool masked = a.layout == fp8gemm::kGroupedMasked;
+  const int64_t rows = a.m, a_groups = masked ? a.groups : 1, kb = a.k / kBlockK;
+  // As the dense launch: rows of A fewer than a tile are loaded as a box of just those rows.
+  const bool short_a = rows < C::kBlockM;
+  const int rows_a = short_a ? static_cast<int>(rows) : C::kBlockM;
+  const int scales_a = short_a ? round_up_to_4_rows(rows_a) : C::kBlockM;
+  const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const auto a_gs = masked ? a.a_group_stride : rows * a.lda;
+  const auto sa_gs = masked ? a.a_scale_group_stride : kb * a.a_scale_ld;
+  const int64_t ldo = a.out_kind == fp8gemm::kOutFP32 ? 2 * a.ldo : a.ldo;  // fp32 out is stored directly
+  const int64_t out_gs = (masked ? a.out_group_stride : rows * a.ldo) * (a.out_kind == fp8gemm::kOutFP32 ? 2 : 1);
+  const CUtensorMap map_a = make_map_3d(reinterpret_cast<void*>(a.a), u8, 1, a.k, rows, a_groups, a.lda, a_gs, kBlockK,
+                                        rows_a, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap map_b = make_map_3d(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.groups, a.ldb,
+                                        a.b_group_stride, kBlockK, kTile.cols, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap map_s = make_map_3d(reinterpret_cast<void*>(a.a_scale), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, rows,
+                                        kb, a_groups, a.a_scale_ld, sa_gs, scales_a, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  const CUtensorMap map_out = make_map_3d(reinterpret_cast<void*>(a.out), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.n,
+                                          rows, a_groups, ldo, out_gs, 64, 64 * C::kSub, CU_TENSOR_MAP_SWIZZLE_128B);
+  p.tx_bytes = (short_a ? rows_a * kBlockK : C::kABytes) + C::kBBytes + scales_a * 4;
+  LaunchConfig launch(static_cast<int>(plan.grid), C::kThreads, C::kSmemBytes, stream);
+  kDevices.check(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_s, map_out, p), "grouped GEMM kernel launch");
+}
+
+template <int... kIndex>
+void launch_grouped_index(int index, const fp8gemm::GroupedArgs& a, const Params& p, const GroupedPlan& plan,
+                          cudaStream_t stream, int dev, std::integer_sequence<int, kIndex...>) {
+  using Launch = void (*)(const fp8gemm::GroupedArgs&, Params, const GroupedPlan&, cudaStream_t, int);
+  static constexpr Launch kLaunches[] = {&launch_grouped_tile<kIndex>...};
+  if (index < 0 || index >= kGroupedTileCount) kDevices.fail("the grouped plan names a tile that is not compiled");
+  kLaunches[index](a, p, plan, stream, dev);
+}
+
+}  // namespace
+
+int64_t grouped_workspace_bytes(int, int64_t, int64_t, int64_t, int64_t) { return 0; }  // no split-K
+
+void grouped_launch(const fp8gemm::GroupedArgs& args) {
+  const bool masked = args.layout == fp8gemm::kGroupedMasked;
+  if (!masked && args.layout != fp8gemm::kGroupedContiguous)
+    throw std::invalid_argument("fp8gemm-cuda-sm90a: grouped layout " + std::to_string(args.layout) +
+                                " is not supported (contiguous and masked are)");
+  // Rows, tile indices and TMA coordinates are ints on the device.
+  if (args.m < 0 || args.groups < 0 || args.m > INT_MAX - 256 || args.groups > INT_MAX || args.n > INT_MAX ||
+      args.k > INT_MAX)
+    throw std::invalid_argument("fp8gemm-cuda-sm90a: grouped sizes must lie in [0, 2^31 - 256)");
+  if (args.m == 0 || args.groups == 0 || args.n == 0) return;  // nothing to write
+  const int dev = kDevices.current();
+  const GroupedPlan plan =
+      grouped_plan_for(masked, args.m, args.n, args.k, args.groups, args.expected_m, kDevices.sm_count(dev));
+  if (plan.row_tiles * plan.n_blocks > INT_MAX - plan.grid)
+    throw std::invalid_argument("fp8gemm-cuda-sm90a: grouped GEMM of more than 2^31 tiles");
+  Params p{};
+  p.out = reinterpret_cast<void*>(args.out);
+  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
+  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
+  p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
+  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
+  p.kb_per_split = p.k / kBlockK, p.splits = 1;
+  p.m_blocks = static_cast<int>(plan.row_tiles), p.n_blocks = static_cast<int>(plan.n_blocks);
+  p.group_rows = reinterpret_cast<const int32_t*>(args.group_rows);
+  p.groups = static_cast<int>(args.groups), p.masked = masked;
+  p.sb_gs = args.b_scale_group_stride, p.out_gs = masked ? args.out_group_stride : 0;
+  launch_grouped_index(grouped_tile_index(plan.tile), args, p, plan, reinterpret_cast<cudaStream_t>(args.stream), dev,
+                       std::make_integer_sequence<int, kGroupedTileCount>());
+  kDevices.check(cudaGetLastError(), "grouped GEMM kernel launch");
+}
+
+}  // namespace fp8gemm_sm90a

@@ -1,0 +1,134 @@
+"""fp8gemm-cuda-sm90a's grouped kernels without a GPU: their plan (csrc/heuristics.hpp grouped_plan_for) and their
+tile walk (csrc/group_cursor.hpp) are plain C++, so a driver built with the host compiler runs the persistent grid's
+walk (every CTA with its own cursor, as on the device) for group splits that hypothesis draws. Every row of every
+group must be stored by exactly one tile per N block, no tile may store another group's rows, and every load must
+lie inside A (rows from a 4-row boundary) and cover the rows its tile stores."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from isa import sm90a_host_driver
+
+DRIVER = r"""
+#include <cstdio>
+#include <vector>
+#include "heuristics.hpp"
+#include "group_cursor.hpp"
+struct Walk { const int32_t* group_rows; int groups, masked, m, n_blocks; };
+template <int kBlockM>
+void walk(const Walk& w, int grid, long long count) {
+  for (int cta = 0; cta < grid; ++cta) {  // each CTA's own cursor, stepping by the grid
+    fp8gemm_sm90a::GroupCursor<kBlockM> cursor;
+    for (long long t = cta; t < count; t += grid) {
+      if (!cursor.seek(w, static_cast<int>(t))) break;
+      const auto g = cursor.tile(w, static_cast<int>(t));
+      std::printf("%d %d %d %d %d %d\n", g.group, g.m_block, g.n_block, g.row0, g.lo, g.hi);
+    }
+  }
+}
+int main() {
+  int masked, groups, sms; long long m, n, k, expected;
+  while (std::scanf("%d %d %lld %lld %lld %lld %d", &masked, &groups, &m, &n, &k, &expected, &sms) == 7) {
+    std::vector<int32_t> rows(groups);
+    for (auto& r : rows) std::scanf("%d", &r);
+    const auto p = fp8gemm_sm90a::grouped_plan_for(masked, m, n, k, groups, expected, sms);
+    std::printf("plan %d %d %d %d %lld %lld %lld\n", p.tile.rows, p.tile.cols, (int)p.tile.loop,
+                (int)(fp8gemm_sm90a::grouped_tile_index(p.tile) >= 0), (long long)p.row_tiles,
+                (long long)p.n_blocks, (long long)p.grid);
+    const Walk w{rows.data(), groups, masked, static_cast<int>(m), static_cast<int>(p.n_blocks)};
+    const long long count = p.row_tiles * p.n_blocks;
+    if (p.tile.rows == 64) walk<64>(w, p.grid, count);
+    else if (p.tile.rows == 128) walk<128>(w, p.grid, count);
+    else walk<256>(w, p.grid, count);
+    std::printf("end\n");
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def run_walk(tmp_path_factory):
+    driver = sm90a_host_driver(tmp_path_factory.mktemp("sm90a_grouped"), DRIVER)
+
+    def run(masked: bool, group_rows: list[int], m: int, n: int, k: int = 7168, expected: int = 0, sms: int = 132):
+        text = f"{int(masked)} {len(group_rows)} {m} {n} {k} {expected} {sms}\n{' '.join(map(str, group_rows))}\n"
+        lines = driver(text).splitlines()
+        assert lines[0].startswith("plan") and lines[-1] == "end"
+        rows, cols, loop, compiled, row_tiles, n_blocks, grid = map(int, lines[0].split()[1:])
+        plan = dict(rows=rows, cols=cols, loop=loop, compiled=compiled, row_tiles=row_tiles, n_blocks=n_blocks,
+                    grid=grid)  # fmt: skip
+        return plan, [tuple(map(int, line.split())) for line in lines[1:-1]]
+
+    return run
+
+
+def group_ranges(masked: bool, group_rows: list[int], m: int) -> list[tuple[int, int]]:
+    """Each group's rows as the kernel clamps them: contiguous [previous end, m], masked [0, M_max]."""
+    ranges, end = [], 0
+    for rows in group_rows:
+        begin = 0 if masked else end
+        end = min(max(rows, begin), m)
+        ranges.append((begin, end))
+    return ranges
+
+
+def check_walk(run_walk, masked: bool, group_rows: list[int], m: int, n: int, expected: int = 0, sms: int = 132):
+    plan, tiles = run_walk(masked, group_rows, m, n, expected=expected, sms=sms)
+    assert plan["compiled"], plan
+    assert 1 <= plan["grid"] <= sms and plan["n_blocks"] == -(-n // plan["cols"])
+    block = plan["rows"]
+    stored = {}
+    for group, _, n_block, row0, lo, hi in tiles:
+        begin, end = group_ranges(masked, group_rows, m)[group]
+        assert begin <= lo < hi <= end, (group, lo, hi, begin, end)  # its own group's rows, at least one
+        assert row0 % 4 == 0 and 0 <= row0 <= lo and hi <= row0 + block  # the load covers what is stored
+        assert row0 + block <= max(m, block) + 3  # inside A (a tile taller than A loads a box of A's rows)
+        assert 0 <= n_block < plan["n_blocks"]
+        for row in range(lo, hi):
+            key = (group, row, n_block)
+            assert key not in stored, f"row {row} of group {group} stored twice"
+            stored[key] = True
+    want = {(g, r, nb) for g, (b, e) in enumerate(group_ranges(masked, group_rows, m)) for r in range(b, e)
+            for nb in range(plan["n_blocks"])}  # fmt: skip
+    assert set(stored) == want
+    assert len(tiles) <= plan["row_tiles"] * plan["n_blocks"]
+    return plan
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=12),
+    tail=st.integers(0, 7),
+    n=st.sampled_from([128, 256, 384, 640, 4096]),
+    sms=st.sampled_from([1, 3, 132]),
+)
+def test_contiguous_walk_stores_every_row_once(run_walk, sizes, tail, n, sms):
+    ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
+    assume(ends[-1] + tail > 0)  # no rows: the launch returns before planning
+    check_walk(run_walk, False, ends, ends[-1] + tail, n, sms=sms)  # rows past offs[-1] belong to no group
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), m_max=st.integers(1, 600), groups=st.integers(1, 10), n=st.sampled_from([128, 512, 7168]))
+def test_masked_walk_stores_every_row_below_masked_m_once(run_walk, data, m_max, groups, n):
+    masked_m = data.draw(st.lists(st.integers(0, m_max), min_size=groups, max_size=groups))
+    expected = data.draw(st.sampled_from([0, 1, 64, m_max]))
+    check_walk(run_walk, True, masked_m, m_max, n, expected=expected)
+
+
+def test_out_of_range_group_rows_are_clamped(run_walk):
+    # A buggy router's values: decreasing ends, ends past M, negative counts; the walk stays inside A.
+    check_walk(run_walk, False, [40, 10, 10_000, -5, 70], 64, 256)
+    check_walk(run_walk, True, [-3, 10_000, 17], 100, 256)
+
+
+@pytest.mark.parametrize(
+    ("masked", "rows_per_group", "groups", "n", "want_rows"),
+    [(True, 8, 32, 4096, 64), (False, 64, 32, 4096, 64), (False, 4096, 8, 4096, 256), (False, 8192, 4, 7168, 256)],
+)
+def test_plan_picks_decode_tiles_for_small_groups(run_walk, masked, rows_per_group, groups, n, want_rows):
+    rows = [rows_per_group] * groups if masked else [rows_per_group * (g + 1) for g in range(groups)]
+    plan, _ = run_walk(masked, rows, rows_per_group * (1 if masked else groups), n)
+    assert plan["rows"] == want_rows, plan
