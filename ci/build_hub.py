@@ -7,10 +7,11 @@ Variants (the names kernels/variants.py parses and resolves against the installe
   torch-cpu                            noarch: the core, which runs the pure-torch reference on CPU
   torch<XY>-cu<XY>-x86_64-linux        the core plus every CUDA arch binary given (--wheel) or built (--build cuda)
   torch<XY>-rocm<XY>-x86_64-linux      the same for ROCm
-Each variant holds metadata.json, an __init__.py exporting the core's API, and fp8gemm/: the core's Python (its
-CLI left out) with its torch.library namespace (runtime.LIBRARY) and its backend entry-point group renamed to
-the variant's id, so a Hub copy and an installed fp8gemm run side by side in one process; the arch packages sit
-in fp8gemm/_bundled/ with their entry points, found only by this copy. The arch modules are built per Python
+Each variant holds metadata.json, an __init__.py exporting the core's API (plus matmul_2d, matmul_batched and
+matmul_grouped, transformers' finegrained-fp8 interface: one layout serves both repository ids), and fp8gemm/: the
+core's Python (its CLI left out) with its torch.library namespace (runtime.LIBRARY) and its backend entry-point group
+renamed to the variant's id, so a Hub copy and an installed fp8gemm run side by side in one process; the arch packages
+sit in fp8gemm/_bundled/ with their entry points, found only by this copy. The arch modules are built per Python
 (pybind11): a variant carries one _C per Python whose wheel it was given.
 """
 
@@ -69,6 +70,9 @@ if not any(type(f).__name__ == "_BundledBackends" and getattr(f, "dist", None) =
 
 from .fp8gemm import *  # noqa: E402,F403
 from .fp8gemm import __all__, __version__  # noqa: E402,F401
+
+# transformers' fine-grained FP8 kernel interface: LOCAL_KERNELS=kernels-community/finegrained-fp8=<this repository>
+from .fp8gemm.hf.finegrained_fp8 import matmul_2d, matmul_batched, matmul_grouped  # noqa: E402,F401
 '''
 
 

@@ -9,7 +9,8 @@ PY=${PYTHON:-python3}
 # torch: keep an installed one; else torch 2.13.0.
 "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0"
 "$PY" -m pip install -q -e "packages/fp8gemm-core[test]" pybind11 scikit-build-core "cmake>=3.26" ninja "py-rattler-build>=0.40" nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "py-rattler>=0.10" pyyaml ruff \
-  "kernels==0.17.2"  # Hugging Face kernels: tests/test_hub.py loads the ci/build_hub.py layout with it
+  "kernels==0.17.2" "transformers==5.22.2"  # Hugging Face kernels: tests/test_hub.py loads the ci/build_hub.py
+  # layout with it; tests/test_transformers_kernel.py runs transformers' FP8 modules on it (5.23+ take kernels >= 0.18.2)
 
 # nvcc for the CUDA build tests, from PyPI where the machine has none: CUDA 13.0's compiler, headers (cccl for
 # nv/target) and static runtime, all one release (tests/isa.py finds them under site-packages/nvidia/cu13/bin).

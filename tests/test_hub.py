@@ -17,6 +17,7 @@ import arches  # noqa: E402
 import build_hub  # noqa: E402
 
 kernels = pytest.importorskip("kernels")
+MATMULS = ("matmul_2d", "matmul_batched", "matmul_grouped")
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,8 @@ def test_cpu_variant_loads_and_matches_the_installed_core(hub):
     assert torch.equal(kernel.linear(x, *kernel.quantize_weight(w)), fp8gemm.linear(x, *fp8gemm.quantize_weight(w)))
     assert hasattr(getattr(torch.ops, meta["id"]), "gemm") and meta["id"] != "fp8gemm"
     assert sorted(kernel.__all__) == sorted(fp8gemm.__all__)
+    # transformers' finegrained-fp8 names, from this copy (tests/test_transformers_kernel.py drives them)
+    assert all(getattr(kernel, n).__module__ == f"{meta['id']}.fp8gemm.hf.finegrained_fp8" for n in MATMULS)
     assert not list((hub / "build" / "torch-cpu" / "fp8gemm").glob("cli*.py"))  # the CLI needs rich
 
 
