@@ -9,7 +9,8 @@ import fp8gemm
 import pytest
 import torch
 from conftest import device_under_test
-from fp8gemm.nn import Fp8Linear
+from fp8gemm.nn import Fp8Experts, Fp8Linear
+from fp8gemm.nn.experts import quantize_experts
 
 SEED = 45
 DEVICE = device_under_test()
@@ -58,6 +59,24 @@ def _grouped(op="grouped_gemm", **change):
                     "b_scale": experts_scale, "masked_m": _i32([2, 1])}  # fmt: skip
         args.update({key: make(args.get(key)) for key, make in change.items()})
         return getattr(fp8gemm, op)(**args)
+
+    return call
+
+
+def _fused(device=None, **change):
+    """A fused_experts call (T = 4, H = 256, E = 2, I = 128, k = 2) whose arguments differ from a good call in
+    ``change`` only."""
+
+    def call():
+        x, _, _, _ = _good()
+        gen = torch.Generator().manual_seed(SEED)
+        w13, s13 = quantize_experts(torch.randn(2, 256, 256, generator=gen) / 16, torch.float8_e4m3fn)
+        w2, s2 = quantize_experts(torch.randn(2, 256, 128, generator=gen) / 16, torch.float8_e4m3fn)
+        args = {"x": x, "topk_ids": _i32([[0, 1], [1, 0], [1, -1], [0, 1]]), "topk_weights": torch.full((4, 2), 0.5),
+                "w13": w13, "w13_scale": s13, "w2": w2, "w2_scale": s2}  # fmt: skip
+        args = {key: t.to(device or DEVICE) for key, t in args.items()}
+        args.update({key: make(args.get(key)) for key, make in change.items()})
+        return fp8gemm.fused_experts(**args)
 
     return call
 
@@ -121,6 +140,33 @@ BAD = [
     ("grouped_gemm_masked-masked_m-length", _grouped("grouped_gemm_masked", masked_m=lambda t: t[:1]), ValueError, ["masked_m must have G = 2 entries"]),
     ("grouped_gemm_masked-masked_m-device", _grouped("grouped_gemm_masked", masked_m=_other_device), ValueError, ["masked_m is on meta"]),
     ("grouped_gemm_masked-expected_m", _grouped("grouped_gemm_masked", expected_m=lambda t: -1), ValueError, ["expected_m must be >= 0"]),
+    # fused_experts: each argument under its own name
+    ("fused_experts-good", _fused(), None, []),
+    ("fused_experts-x-3d", _fused(x=lambda t: t[None]), ValueError, ["x must be 2-D [T, H]", "x.reshape(-1, H)"]),
+    ("fused_experts-x-int", _fused(x=lambda t: t.int()), TypeError, ["x must be a bfloat16/float16/float32"]),
+    ("fused_experts-x-h", _fused(x=lambda t: t[:, :128]), ValueError, ["w13 is [E, 2I, H] = (2, 256, 256) but x has H = 128"]),
+    ("fused_experts-w13-bf16", _fused(w13=lambda t: t.bfloat16()), TypeError, ["w13 must be FP8", "fp8gemm.nn.Fp8Experts"]),
+    ("fused_experts-w13-2d", _fused(w13=lambda t: t[0]), ValueError, ["w13 must be 3-D [E, 2I, H]"]),
+    ("fused_experts-w13-odd-i", _fused(w13=lambda t: t[:, :192].contiguous()), ValueError, ["2I = 192", "multiple of 128"]),
+    ("fused_experts-w13_scale-none", _fused(w13_scale=lambda t: None), TypeError, ["w13_scale is None", "weight_scale_inv"]),
+    ("fused_experts-w13_scale-shape", _fused(w13_scale=lambda t: t[:, :1]), ValueError, ["w13_scale must be [E, 2I/128, H/128]"]),
+    ("fused_experts-w2-shape", _fused(w2=lambda t: t[:1]), ValueError, ["w2 must be [E, H, I] = [2, 256, 128]"]),
+    ("fused_experts-w2-dtype", _fused(w2=lambda t: t.view(torch.float8_e4m3fnuz)), TypeError, ["w2 has dtype torch.float8_e4m3fnuz but w13 has"]),
+    ("fused_experts-w2_scale-none", _fused(w2_scale=lambda t: None), TypeError, ["w2_scale is None"]),
+    ("fused_experts-w2_scale-bf16", _fused(w2_scale=lambda t: t.bfloat16()), TypeError, ["w2_scale must be torch.float32"]),
+    ("fused_experts-topk_ids-float", _fused(topk_ids=lambda t: t.float()), TypeError, ["topk_ids must be torch.int32 or torch.int64"]),
+    ("fused_experts-topk_ids-rows", _fused(topk_ids=lambda t: t[:3]), ValueError, ["topk_ids must be [T, k] with T = 4"]),
+    ("fused_experts-topk_ids-range", _fused("cpu", topk_ids=lambda t: t + 1), ValueError, ["topk_ids holds 2, outside [-1, E = 2)"]),
+    ("fused_experts-topk_ids-device", _fused(topk_ids=_other_device), ValueError, ["topk_ids is on meta", "move all inputs"]),
+    ("fused_experts-topk_weights-shape", _fused(topk_weights=lambda t: t[:, :1]), ValueError, ["topk_weights must be [T, k] = [4, 2] like topk_ids"]),
+    ("fused_experts-topk_weights-int", _fused(topk_weights=lambda t: t.int()), TypeError, ["topk_weights must be a float32/bfloat16/float16"]),
+    ("fused_experts-activation", _fused(activation=lambda t: "gelu"), ValueError, ["activation must be one of ('silu',)"]),
+    ("fused_experts-layout", _fused(layout=lambda t: "padded"), ValueError, ["layout must be one of ('contiguous', 'masked')"]),
+    # Fp8Experts: its constructor's arguments
+    ("Fp8Experts-hidden_size", lambda: Fp8Experts(2, 200, 128), ValueError, ["hidden size (H = 200)", "keep such experts in bf16"]),
+    ("Fp8Experts-intermediate_size", lambda: Fp8Experts(2, 256, 100), ValueError, ["intermediate size (I = 100)"]),
+    ("Fp8Experts-fp8_dtype", lambda: Fp8Experts(2, 256, 128, fp8_dtype=torch.bfloat16), TypeError, ["fp8_dtype must be one of"]),
+    ("Fp8Experts-activation", lambda: Fp8Experts(2, 256, 128, activation="relu"), ValueError, ["activation must be one of"]),
 ]  # fmt: skip
 
 

@@ -45,6 +45,7 @@ from . import nn as nn  # noqa: E402  (fp8gemm.nn: Fp8Linear, convert, checkpoin
 from .grouped import grouped_gemm, grouped_gemm_masked  # noqa: E402
 from .layouts import from_kxm_layout  # noqa: E402
 from .linear import linear  # noqa: E402
+from .moe import fused_experts  # noqa: E402
 from .ops import gemm, preferred_fp8_dtype, prepare_weight_scale  # noqa: E402
 from .protocol import Backend, ScaleLayout  # noqa: E402
 from .quantize import dequantize, quantize_activation, quantize_weight  # noqa: E402
@@ -56,6 +57,7 @@ __all__ = [
     "dequantize",
     "describe_device",
     "from_kxm_layout",
+    "fused_experts",
     "gemm",
     "get_cmake_dir",
     "get_include",

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..reference import BLOCK, FP8_DTYPES
+from .checkpoint_experts import ExpertStacks
 from .layer import Fp8Linear
 
 PathLike = str | os.PathLike
@@ -102,7 +103,9 @@ def load_fp8_checkpoint(
     device. FP8 weights of layers that stayed ``nn.Linear`` are dequantized into them; a bf16/fp16/fp32 weight of
     a converted layer is quantized on load (``fp8gemm.quantize_weight``), as ``load_state_dict`` does. A model with
     meta tensors (a skeleton built under ``torch.device("meta")``) is filled by assignment, on
-    ``device`` (default CPU); otherwise tensors are copied into the existing ones.
+    ``device`` (default CPU); otherwise tensors are copied into the existing ones. Per-expert tensors
+    (``<experts>.{e}.gate_proj.weight`` + ``weight_scale_inv``, ``up_proj``, ``down_proj``) are stacked into the
+    model's ``Fp8Experts`` (or, dequantized, into experts left in bf16) as each shard is read.
     Returns ``(missing_keys, unexpected_keys)`` like ``load_state_dict``; ``strict`` raises if any.
     """
     try:
@@ -118,6 +121,7 @@ def load_fp8_checkpoint(
         with safe_open(f, framework="pt") as handle:
             siblings.update(_owner(key) for key in handle.keys())
     expected = set(model.state_dict().keys())
+    stacks = ExpertStacks(model, load_device)
     pending: dict[str, dict[str, torch.Tensor]] = {}
     seen: set[str] = set()
     unexpected: list[str] = []
@@ -129,11 +133,13 @@ def load_fp8_checkpoint(
                 group[key] = handle.get_tensor(key)
                 if len(group) == siblings[_owner(key)]:  # a module whose tensors span shards waits for all
                     ready.update(pending.pop(_owner(key)))
+        unexpected += stacks.take(ready)
         seen.update(ready)
         seen.update(_scales_made_on_load(model, ready))
         _dequantize_for_plain_layers(model, ready)
         unexpected += model.load_state_dict(ready, strict=False, assign=assign).unexpected_keys
-    missing = sorted(expected - seen)
+    partly_stacked, lacking = stacks.missing()
+    missing = sorted(expected - seen - stacks.covered(seen) - partly_stacked) + lacking
     if strict and (missing or unexpected):
         raise RuntimeError(
             f"checkpoint and model disagree: missing {missing[:10]}{' ...' if len(missing) > 10 else ''}, "

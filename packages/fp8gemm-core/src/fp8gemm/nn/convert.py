@@ -1,4 +1,5 @@
-"""``convert``: swap a model's eligible ``nn.Linear`` layers for ``Fp8Linear``, in place."""
+"""``convert``: swap a model's eligible ``nn.Linear`` layers for ``Fp8Linear``, and its mixture-of-experts experts for
+``Fp8Experts``, in place."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from .experts import Fp8Experts, check_experts_shape
 from .layer import Fp8Linear, check_linear_shape
 
 SkipRule = Iterable[str] | Callable[[str, nn.Module], bool]
@@ -24,13 +26,14 @@ class ReferenceOnCpuWarning(UserWarning):
 
 
 class ConversionReport(NamedTuple):
-    """What ``convert`` did: qualified names converted, and the ``nn.Linear`` layers left alone with why."""
+    """What ``convert`` did: qualified names converted, and the ``nn.Linear`` layers and experts left alone with why."""
 
     converted: list[str]
     skipped: dict[str, str]
 
     def __str__(self) -> str:
-        lines = [f"{len(self.converted)} nn.Linear layers converted to Fp8Linear, {len(self.skipped)} left alone"]
+        lines = [f"{len(self.converted)} layers converted (nn.Linear to Fp8Linear, experts to Fp8Experts), "
+                 f"{len(self.skipped)} left alone"]  # fmt: skip
         lines += [f"  {name}: {reason}" for name, reason in self.skipped.items()]
         return "\n".join(lines)
 
@@ -74,6 +77,47 @@ def _reason_to_keep(name: str, linear: nn.Module, skipped_by, owners) -> str | N
     return None
 
 
+def is_fused_experts(module: nn.Module) -> bool:
+    """The fused 3-D form of a mixture of experts' weights, as transformers' ``@use_experts_implementation`` classes
+    hold them (``Qwen3MoeExperts``, ``DeepseekV3Experts``): ``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I]
+    tensors, called as ``experts(hidden_states, top_k_index, top_k_weights)`` by the model's MoE block."""
+    gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+    return isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor) and gate_up.dim() == down.dim() == 3
+
+
+def _is_silu(act) -> bool:
+    return isinstance(act, nn.SiLU) or type(act).__name__ == "SiLUActivation" or act is torch.nn.functional.silu
+
+
+def _experts_reason(name: str, experts: nn.Module, skipped_by) -> str | None:
+    """Why ``fused_experts`` cannot run these experts as the model defines them, or None."""
+    reason = skipped_by(name, experts)
+    if reason:
+        return reason
+    if getattr(experts, "is_transposed", False):
+        return "weights stored transposed (gate_up_proj [E, H, 2I]); fp8gemm takes [E, 2I, H]"
+    if getattr(experts, "has_bias", False) or getattr(experts, "gate_up_proj_bias", None) is not None:
+        return "the experts have biases; fp8gemm.fused_experts has none"
+    if not getattr(experts, "has_gate", True) or not getattr(experts, "is_concatenated", True):
+        return "gate and up projections are not stacked as [gate; up] rows"
+    gate_fn = getattr(type(experts), "_apply_gate", None)
+    if gate_fn is not None and getattr(gate_fn, "__name__", "") != "_default_apply_gate":
+        return f"{type(experts).__name__} defines its own gating (_apply_gate); fp8gemm runs silu(gate) * up"
+    act = getattr(experts, "act_fn", None)
+    if not _is_silu(act):
+        return f"activation {type(act).__name__} is not SiLU; fp8gemm.fused_experts runs silu(gate) * up"
+    (e, two_i, h), down = experts.gate_up_proj.shape, tuple(experts.down_proj.shape)
+    if two_i % 2 or down != (e, h, two_i // 2):
+        return f"down_proj {list(down)} does not match gate_up_proj {[e, two_i, h]} as [E, H, I]"
+    reason = check_experts_shape(e, h, two_i // 2)
+    if reason:
+        return reason
+    dtypes = {experts.gate_up_proj.dtype, experts.down_proj.dtype}
+    if not dtypes <= {torch.bfloat16, torch.float16, torch.float32}:
+        return f"weight dtypes {sorted(map(str, dtypes))} are not bfloat16/float16/float32"
+    return None
+
+
 def convert(
     model: nn.Module,
     *,
@@ -81,7 +125,11 @@ def convert(
     fp8_dtype: torch.dtype | None = None,
     pow2_scales: bool = False,
 ) -> ConversionReport:
-    """Replace every eligible ``nn.Linear`` inside ``model`` by ``Fp8Linear.from_linear``, in place.
+    """Replace every eligible ``nn.Linear`` inside ``model`` by ``Fp8Linear.from_linear``, and every eligible set of
+    experts in transformers' fused 3-D form (:func:`is_fused_experts`) by ``Fp8Experts``, in place.
+
+    Experts are eligible with SiLU-gated [gate; up] weights, no bias, H and I multiples of 128 and float weights;
+    the model's own MoE block then calls the ``Fp8Experts`` with its routing, unchanged.
 
     Eligible: a plain ``nn.Linear`` (not a subclass) with in_features % 128 == 0, out_features % 16
     == 0 and an untied bf16/fp16/fp32 weight, whose qualified name ``skip`` does not match. ``skip``
@@ -98,25 +146,33 @@ def convert(
     skipped_by = _skip_matcher(skip)
     owners = _parameter_owners(model)
     report = ConversionReport([], {})
-    done: dict[int, Fp8Linear] = {}  # a layer reachable under two names is converted (or kept) once
+    done: dict[int, Fp8Linear | Fp8Experts] = {}  # a layer reachable under two names is converted (or kept) once
     kept: dict[int, str] = {}
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent._modules.items()):  # named_children() hides a second name
-            if not isinstance(child, nn.Linear):
+            experts = child is not None and is_fused_experts(child)
+            if not experts and not isinstance(child, nn.Linear):
                 continue
             name = f"{parent_name}.{child_name}" if parent_name else child_name
             if id(child) in kept:
                 report.skipped[name] = kept[id(child)]
                 continue
             if id(child) not in done:
-                reason = _reason_to_keep(name, child, skipped_by, owners)
+                if experts:
+                    reason = _experts_reason(name, child, skipped_by)
+                else:
+                    reason = _reason_to_keep(name, child, skipped_by, owners)
                 if reason:
                     report.skipped[name] = kept[id(child)] = reason
                     continue
-                done[id(child)] = Fp8Linear.from_linear(child, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)
+                if experts:
+                    done[id(child)] = Fp8Experts.from_weights(child.gate_up_proj, child.down_proj,
+                                                              fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)  # fmt: skip
+                else:
+                    done[id(child)] = Fp8Linear.from_linear(child, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)
             setattr(parent, child_name, done[id(child)])
             report.converted.append(name)
-    if any(layer.weight.device.type == "cpu" for layer in done.values()):
+    if any(next(iter(layer.buffers())).device.type == "cpu" for layer in done.values()):
         warnings.warn(
             "fp8gemm.nn.convert: the converted layers are on CPU, where fp8gemm runs its pure-torch reference, which "
             "is for checking numbers and is tens of times slower than the bf16 layers; move the model to a GPU with "
