@@ -190,7 +190,7 @@ def _combine(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor, dtype: 
     return out
 
 
-def _contiguous(shape: MoeShape, xq, xs, topk_ids, weights, w13, w13_scale, w2, w2_scale, pow2, backend, y_dtype):
+def _contiguous(shape: MoeShape, xq, xs, topk_ids, weights, w13, w13_scale, w2, w2_scale, pow2, backend_name, y_dtype):
     """Rows sorted by expert, ``offs`` their cumulative ends: two contiguous grouped GEMMs over T * k rows."""
     tokens, k, experts, _, inter = shape
     rows = tokens * k
@@ -198,14 +198,14 @@ def _contiguous(shape: MoeShape, xq, xs, topk_ids, weights, w13, w13_scale, w2, 
     offs = _group_ends(sorted_expert, experts, right=True).to(torch.int32)
     token = order // k
     a, a_scale = _take_rows(xq, token), xs.index_select(0, token)  # the FP8 rows, not a bf16 copy
-    h = run_grouped(backend, GROUPED_CONTIGUOUS, a, w13, a_scale, w13_scale, offs, None, torch.float32)
-    aq, a_scale = quantize_rows(_activation(h, inter), w13.dtype, pow2, backend, "the activation")
-    y = run_grouped(backend, GROUPED_CONTIGUOUS, aq, w2, a_scale, w2_scale, offs, None, y_dtype)
+    h = run_grouped(backend_name, GROUPED_CONTIGUOUS, a, w13, a_scale, w13_scale, offs, None, torch.float32)
+    aq, a_scale = quantize_rows(_activation(h, inter), w13.dtype, pow2, backend_name, "the activation")
+    y = run_grouped(backend_name, GROUPED_CONTIGUOUS, aq, w2, a_scale, w2_scale, offs, None, y_dtype)
     position = torch.empty_like(order).scatter_(0, order, torch.arange(rows, device=order.device))
     return y, position.view(tokens, k), torch.where(valid.view(tokens, k), weights, 0.0)
 
 
-def _masked(shape: MoeShape, xq, xs, topk_ids, weights, w13, w13_scale, w2, w2_scale, pow2, backend, y_dtype):
+def _masked(shape: MoeShape, xq, xs, topk_ids, weights, w13, w13_scale, w2, w2_scale, pow2, backend_name, y_dtype):
     """A batch of T rows per expert, ``masked_m`` of them real: two masked grouped GEMMs over E * T rows. A slot past
     its expert's T rows (a token naming one expert twice) and an id outside [0, E) land in a spare row that no GEMM
     reads and whose output stays 0."""
@@ -225,11 +225,11 @@ def _masked(shape: MoeShape, xq, xs, topk_ids, weights, w13, w13_scale, w2, w2_s
     a_scale.index_copy_(0, slot, xs.index_select(0, token))
     a = a[:spare].view(xq.dtype).view(experts, m_max, hidden)
     hint = ceil_div(rows, experts)
-    h = run_grouped(backend, GROUPED_MASKED, a, w13, a_scale[:spare].view(experts, m_max, -1), w13_scale, masked_m,
+    h = run_grouped(backend_name, GROUPED_MASKED, a, w13, a_scale[:spare].view(experts, m_max, -1), w13_scale, masked_m,
                     None, torch.float32, hint)  # fmt: skip
-    aq, a_scale = quantize_rows(_activation(h, inter), w13.dtype, pow2, backend, "the activation")
+    aq, a_scale = quantize_rows(_activation(h, inter), w13.dtype, pow2, backend_name, "the activation")
     y = torch.zeros((spare + 1, hidden), dtype=y_dtype, device=xq.device)  # the spare row reads 0
-    run_grouped(backend, GROUPED_MASKED, aq.view(experts, m_max, inter), w2, a_scale.view(experts, m_max, -1),
+    run_grouped(backend_name, GROUPED_MASKED, aq.view(experts, m_max, inter), w2, a_scale.view(experts, m_max, -1),
                 w2_scale, masked_m, y[:spare].view(experts, m_max, hidden), None, hint)  # fmt: skip
     slot = slot.view(tokens, k)
     return y, slot, torch.where(slot < spare, weights, 0.0)
