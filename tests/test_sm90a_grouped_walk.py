@@ -17,14 +17,16 @@ DRIVER = r"""
 #include "heuristics.hpp"
 #include "group_cursor.hpp"
 struct Walk { const int32_t* group_rows; int groups, masked, m, n_blocks; };
-template <int kBlockM>
+template <int kBlockM, int kPairs>
 void walk(const Walk& w, int grid, long long count) {
-  for (int cta = 0; cta < grid; ++cta) {  // each CTA's own cursor, stepping by the grid
-    fp8gemm_sm90a::GroupCursor<kBlockM> cursor;
-    for (long long t = cta; t < count; t += grid) {
-      if (!cursor.seek(w, static_cast<int>(t))) break;
-      const auto g = cursor.tile(w, static_cast<int>(t));
-      std::printf("%d %d %d %d %d %d\n", g.group, g.m_block, g.n_block, g.row0, g.lo, g.hi);
+  for (int cluster = 0; cluster < grid / kPairs; ++cluster) {  // each CTA's own cursor, stepping by the clusters
+    for (int rank = 0; rank < kPairs; ++rank) {
+      fp8gemm_sm90a::GroupCursor<kBlockM, kPairs> cursor;
+      for (long long t = cluster; t < count; t += grid / kPairs) {
+        if (!cursor.seek(w, static_cast<int>(t))) break;
+        const auto g = cursor.tile(w, static_cast<int>(t));
+        std::printf("%d %d %d %d %d %d\n", g.group, g.m_block, g.n_block * kPairs + rank, g.row0, g.lo, g.hi);
+      }
     }
   }
 }
@@ -34,14 +36,16 @@ int main() {
     std::vector<int32_t> rows(groups);
     for (auto& r : rows) std::scanf("%d", &r);
     const auto p = fp8gemm_sm90a::grouped_plan_for(masked, m, n, k, groups, expected, sms);
-    std::printf("plan %d %d %d %d %lld %lld %lld\n", p.tile.rows, p.tile.cols, (int)p.tile.loop,
+    std::printf("plan %d %d %d %d %d %lld %lld %lld\n", p.tile.rows, p.tile.cols, p.tile.cluster, (int)p.tile.loop,
                 (int)(fp8gemm_sm90a::grouped_tile_index(p.tile) >= 0), (long long)p.row_tiles,
                 (long long)p.n_blocks, (long long)p.grid);
     const Walk w{rows.data(), groups, masked, static_cast<int>(m), static_cast<int>(p.n_blocks)};
-    const long long count = p.row_tiles * p.n_blocks;
-    if (p.tile.rows == 64) walk<64>(w, p.grid, count);
-    else if (p.tile.rows == 128) walk<128>(w, p.grid, count);
-    else walk<256>(w, p.grid, count);
+    const long long pairs = p.tile.cluster, count = p.row_tiles * ((p.n_blocks + pairs - 1) / pairs);
+    if (p.tile.rows == 64) walk<64, 1>(w, p.grid, count);
+    else if (p.tile.rows == 128) walk<128, 1>(w, p.grid, count);
+    else if (p.tile.rows == 192) walk<192, 1>(w, p.grid, count);
+    else if (pairs == 2) walk<256, 2>(w, p.grid, count);
+    else walk<256, 1>(w, p.grid, count);
     std::printf("end\n");
   }
 }
@@ -56,9 +60,9 @@ def run_walk(tmp_path_factory):
         text = f"{int(masked)} {len(group_rows)} {m} {n} {k} {expected} {sms}\n{' '.join(map(str, group_rows))}\n"
         lines = driver(text).splitlines()
         assert lines[0].startswith("plan") and lines[-1] == "end"
-        rows, cols, loop, compiled, row_tiles, n_blocks, grid = map(int, lines[0].split()[1:])
-        plan = dict(rows=rows, cols=cols, loop=loop, compiled=compiled, row_tiles=row_tiles, n_blocks=n_blocks,
-                    grid=grid)  # fmt: skip
+        rows, cols, cluster, loop, compiled, row_tiles, n_blocks, grid = map(int, lines[0].split()[1:])
+        plan = dict(rows=rows, cols=cols, cluster=cluster, loop=loop, compiled=compiled, row_tiles=row_tiles,
+                    n_blocks=n_blocks, grid=grid)  # fmt: skip
         return plan, [tuple(map(int, line.split())) for line in lines[1:-1]]
 
     return run
@@ -77,10 +81,14 @@ def group_ranges(masked: bool, group_rows: list[int], m: int) -> list[tuple[int,
 def check_walk(run_walk, masked: bool, group_rows: list[int], m: int, n: int, expected: int = 0, sms: int = 132):
     plan, tiles = run_walk(masked, group_rows, m, n, expected=expected, sms=sms)
     assert plan["compiled"], plan
-    assert 1 <= plan["grid"] <= sms and plan["n_blocks"] == -(-n // plan["cols"])
-    block = plan["rows"]
+    assert 1 <= plan["grid"] <= sms and plan["grid"] % plan["cluster"] == 0
+    assert plan["n_blocks"] == -(-n // plan["cols"]) and plan["n_blocks"] >= plan["cluster"]
+    block, pairs = plan["rows"], plan["cluster"]
     stored = {}
     for group, _, n_block, row0, lo, hi in tiles:
+        if n_block >= plan["n_blocks"]:  # a cluster's padding N block past N: its columns are never stored
+            assert plan["n_blocks"] % pairs and n_block == plan["n_blocks"]
+            continue
         begin, end = group_ranges(masked, group_rows, m)[group]
         assert begin <= lo < hi <= end, (group, lo, hi, begin, end)  # its own group's rows, at least one
         assert row0 % 4 == 0 and 0 <= row0 <= lo and hi <= row0 + block  # the load covers what is stored
@@ -93,7 +101,7 @@ def check_walk(run_walk, masked: bool, group_rows: list[int], m: int, n: int, ex
     want = {(g, r, nb) for g, (b, e) in enumerate(group_ranges(masked, group_rows, m)) for r in range(b, e)
             for nb in range(plan["n_blocks"])}  # fmt: skip
     assert set(stored) == want
-    assert len(tiles) <= plan["row_tiles"] * plan["n_blocks"]
+    assert len(tiles) <= plan["row_tiles"] * -(-plan["n_blocks"] // pairs) * pairs
     return plan
 
 
@@ -126,7 +134,7 @@ def test_out_of_range_group_rows_are_clamped(run_walk):
 
 @pytest.mark.parametrize(
     ("masked", "rows_per_group", "groups", "n", "want_rows"),
-    [(True, 8, 32, 4096, 64), (False, 64, 32, 4096, 64), (False, 4096, 8, 4096, 256), (False, 8192, 4, 7168, 256)],
+    [(True, 8, 32, 4096, 64), (False, 64, 32, 4096, 64), (False, 4096, 8, 4096, 256), (True, 192, 32, 4096, 192)],
 )
 def test_plan_picks_decode_tiles_for_small_groups(run_walk, masked, rows_per_group, groups, n, want_rows):
     rows = [rows_per_group] * groups if masked else [rows_per_group * (g + 1) for g in range(groups)]

@@ -26,8 +26,9 @@ FP8GEMM_SM90A_HD int group_rows_at(const int32_t* rows, int g) {
 #endif
 }
 
-// P: the kernel's Params (group_rows, groups, masked, m: rows of A's view, n_blocks).
-template <int kBlockM>
+// P: the kernel's Params (group_rows, groups, masked, m: rows of A's view, n_blocks). kPairs: N blocks per tile of
+// the walk (2: a 2-CTA cluster's two N blocks of one row tile, so both CTAs share its rows of A).
+template <int kBlockM, int kPairs = 1>
 struct GroupCursor {
   int group = -1, first_tile = 0, tiles = 0;
   int begin = 0, end = 0, first_row = 0, row_tiles = 0;
@@ -43,17 +44,18 @@ struct GroupCursor {
       end = rows < begin ? begin : rows > p.m ? p.m : rows;
       first_row = begin & ~3;
       row_tiles = end > begin ? (end - first_row + kBlockM - 1) / kBlockM : 0;
-      tiles = row_tiles * p.n_blocks;
+      tiles = row_tiles * ((p.n_blocks + kPairs - 1) / kPairs);
     }
     return true;
   }
 
-  // Tile t of the walk, after seek(t).
+  // Tile t of the walk, after seek(t); n_block counts tiles of kPairs N blocks.
   template <class P>
   FP8GEMM_SM90A_HD GroupTile tile(const P& p, int t) const {
     constexpr int kPanel = 16;
-    const int u = t - first_tile, panel = u / (kPanel * p.n_blocks);
-    const int rem = u - panel * kPanel * p.n_blocks;
+    const int n_tiles = (p.n_blocks + kPairs - 1) / kPairs;
+    const int u = t - first_tile, panel = u / (kPanel * n_tiles);
+    const int rem = u - panel * kPanel * n_tiles;
     const int rows_in_panel = row_tiles - panel * kPanel < kPanel ? row_tiles - panel * kPanel : kPanel;
     GroupTile g;
     g.group = group;

@@ -15,8 +15,9 @@ namespace {
 template <int kIndex>
 void launch_grouped_tile(const fp8gemm::GroupedArgs& a, Params p, const GroupedPlan& plan, cudaStream_t stream, int dev) {
   constexpr TileConfig kTile = kGroupedTiles[kIndex];
-  using C = KernelTraits<kTile.rows, kTile.cols, 1, kTile.loop, GemmType::kGrouped>;
-  auto kernel = gemm_kernel<kTile.rows, kTile.cols, 1, kTile.loop, GemmType::kGrouped>;
+  constexpr int kCluster = kTile.cluster;
+  using C = KernelTraits<kTile.rows, kTile.cols, kCluster, kTile.loop, GemmType::kGrouped>;
+  constexpr auto kernel = gemm_kernel<kTile.rows, kTile.cols, kCluster, kTile.loop, GemmType::kGrouped>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
   std::call_once(configured[dev], [&] {
     kDevices.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
@@ -24,9 +25,10 @@ void launch_grouped_tile(const fp8gemm::GroupedArgs& a, Params p, const GroupedP
   });
   const bool masked = a.layout == fp8gemm::kGroupedMasked;
   const int64_t rows = a.m, a_groups = masked ? a.groups : 1, kb = a.k / kBlockK;
-  // As the dense launch: rows of A fewer than a tile are loaded as a box of just those rows.
-  const bool short_a = rows < C::kBlockM;
-  const int rows_a = short_a ? static_cast<int>(rows) : C::kBlockM;
+  // As the dense launch: rows of A fewer than a tile are loaded as a box of just those rows; a cluster's CTAs
+  // load half of the tile's rows each (whole boxes) and multicast them.
+  const bool short_a = kCluster == 1 && rows < C::kBlockM;
+  const int rows_a = short_a ? static_cast<int>(rows) : C::kBlockM / kCluster;
   const int scales_a = short_a ? round_up_to_4_rows(rows_a) : C::kBlockM;
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const auto a_gs = masked ? a.a_group_stride : rows * a.lda;
@@ -43,6 +45,12 @@ void launch_grouped_tile(const fp8gemm::GroupedArgs& a, Params p, const GroupedP
                                           rows, a_groups, ldo, out_gs, 64, 64 * C::kSub, CU_TENSOR_MAP_SWIZZLE_128B);
   p.tx_bytes = (short_a ? rows_a * kBlockK : C::kABytes) + C::kBBytes + scales_a * 4;
   LaunchConfig launch(static_cast<int>(plan.grid), C::kThreads, C::kSmemBytes, stream);
+  if constexpr (kCluster > 1) {  // persistent: no more clusters than can be resident at once
+    launch.attrs[0].val.clusterDim.x = kCluster;
+    const int resident = resident_pairs<kernel>(launch.config, dev);
+    if (!resident) kDevices.fail("no 2-CTA cluster fits on this GPU");
+    launch.config.gridDim = dim3(std::min<int64_t>(plan.grid / 2, resident) * 2);  // the plan's grid is even
+  }
   kDevices.check(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_s, map_out, p), "grouped GEMM kernel launch");
 }
 

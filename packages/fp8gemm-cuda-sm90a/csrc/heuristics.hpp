@@ -160,8 +160,8 @@ struct GroupedPlan {
   int64_t grid;  // persistent CTAs
 };
 
-// The dense model's rates for the grouped kernels' shapes (their 1-CTA tiles).
-constexpr TileRate kGroupedRates[] = {{64, 128, 1, 690}, {128, 128, 1, 1120}, {256, 128, 1, 1230}};
+// The dense model's rates for the grouped kernels' shapes.
+constexpr TileRate kGroupedRates[] = {{64, 128, 1, 690}, {128, 128, 1, 1120}, {192, 128, 1, 1220}, {256, 128, 2, 1270}};
 
 // Row tiles the walk can meet. Masked: every group's tiles of M_max rows. Contiguous: a group's tiles start at its
 // first row rounded down to 4 (scheduler.cuh GroupCursor), so each non-empty group adds at most two partial tiles.
@@ -177,15 +177,17 @@ inline GroupedPlan grouped_plan_for(bool masked, int64_t m, int64_t n, int64_t k
   GroupedPlan p{};
   double best = 0;
   for (const TileRate& t : kGroupedRates) {
-    if (hint <= 64 && t.rows > 64) continue;
-    const int64_t tiles = groups * ceil_div(hint, t.rows) * ceil_div(n, t.cols);
+    const int64_t n_blocks = ceil_div(n, t.cols);
+    if ((hint <= 64 && t.rows > 64) || (t.cluster > 1 && (n_blocks < t.cluster || sm_count < t.cluster))) continue;
+    const int64_t tiles = groups * ceil_div(hint, t.rows) * ceil_div(n_blocks, t.cluster) * t.cluster;
     const double us = double(ceil_div(tiles, sm_count)) * 2.0 * t.rows * t.cols * k / (t.tflops * 1e6 / sm_count);
-    if (best == 0 || us < best) best = us, p.tile = TileConfig{t.rows, t.cols, 1, MainLoop::kTwoSets};
+    if (best == 0 || us < best) best = us, p.tile = TileConfig{t.rows, t.cols, t.cluster, MainLoop::kTwoSets};
   }
   p.tile.loop = main_loop_for(p.tile, static_cast<int>(k / kBlockK));
   p.n_blocks = ceil_div(n, p.tile.cols);
   p.row_tiles = grouped_row_tile_bound(masked, m, groups, p.tile.rows);
-  p.grid = std::min<int64_t>(p.row_tiles * p.n_blocks, sm_count);
+  const int cluster = p.tile.cluster;  // the grid counts whole clusters
+  p.grid = std::min<int64_t>(p.row_tiles * ceil_div(p.n_blocks, cluster), sm_count / cluster) * cluster;
   return p;
 }
 

@@ -95,7 +95,8 @@ struct KernelTraits {
   // Grouped kernels store each warpgroup's rows themselves: a warpgroup whose rows cross a group's end stores
   // directly (masked) instead, which the store warp's fixed hand-over cannot follow.
   static constexpr bool kStoreWarp = kTmaStore && kSub == 2 && kType == GemmType::kDense;
-  static_assert(kType == GemmType::kDense || (kCluster == 1 && !kSplitK), "grouped kernels: 1-CTA tiles, no K split");
+  static_assert(kType == GemmType::kDense || (!kSplitK && (kCluster == 1 || kAlongN)),
+                "grouped kernels: no K split; clusters pair N blocks (one group's rows)");
   // The one-set loop's stage release: one arrive per consumer warp (lane 0's) on 256-row tiles, one per
   // thread elsewhere; the two-set loop: per warp.
   static constexpr bool kLane0Release = kSub == 2;

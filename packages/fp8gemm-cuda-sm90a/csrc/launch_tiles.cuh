@@ -96,6 +96,18 @@ struct LaunchConfig {
   }
 };
 
+// 2-CTA clusters of `kKernel` that can be resident at once on device `dev` (asked once per device), or 0.
+template <auto kKernel>
+int resident_pairs(cudaLaunchConfig_t config, int dev) {
+  static std::once_flag asked[kMaxDevices];
+  static int resident[kMaxDevices];
+  std::call_once(asked[dev], [&] {
+    config.gridDim = dim3(2);
+    kDevices.check(cudaOccupancyMaxActiveClusters(&resident[dev], kKernel, &config), "cluster occupancy");
+  });
+  return resident[dev];
+}
+
 template <int kIndex>
 void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaStream_t stream, int dev) {
   constexpr TileConfig kTile = kTiles[kIndex];
@@ -103,7 +115,7 @@ void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaS
   using C = KernelTraits<kTile.rows, kTile.cols, kTile.cluster, kTile.loop>;
   constexpr int kSub = C::kSub;
   const int grid = plan.grid;
-  auto kernel = gemm_kernel<kTile.rows, kTile.cols, kTile.cluster, kTile.loop>;
+  constexpr auto kernel = gemm_kernel<kTile.rows, kTile.cols, kTile.cluster, kTile.loop>;
   static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
   std::call_once(configured[dev], [&] {
     kDevices.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
@@ -139,14 +151,9 @@ void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaS
   cudaLaunchAttribute& cluster = launch.attrs[0];
   if (kCluster > 1 || plan.placement_pairs) {
     cluster.val.clusterDim.x = 2;
-    static std::once_flag asked[kMaxDevices];
-    static int resident[kMaxDevices];
-    std::call_once(asked[dev], [&] {
-      config.gridDim = dim3(2);
-      kDevices.check(cudaOccupancyMaxActiveClusters(&resident[dev], kernel, &config), "cluster occupancy");
-    });
-    if (!resident[dev] && kCluster > 1) kDevices.fail("no 2-CTA cluster fits on this GPU");
-    if (resident[dev]) config.gridDim = dim3(std::min(grid / 2, resident[dev]) * 2);  // the plan's grid is even
+    const int resident = resident_pairs<kernel>(config, dev);
+    if (!resident && kCluster > 1) kDevices.fail("no 2-CTA cluster fits on this GPU");
+    if (resident) config.gridDim = dim3(std::min(grid / 2, resident) * 2);  // the plan's grid is even
     else cluster.val.clusterDim.x = 1, config.gridDim = dim3(grid);
   }
   // bf16 output: TMA stores of 64-column boxes over a consumer warpgroup's rows, 128-byte swizzled

@@ -51,7 +51,13 @@ __device__ __forceinline__ void load_tile(const SharedStorage<C>& smem, const CU
     mbar_wait(&smem.empty[s], ring.phase ^ 1);
     mbar_expect_tx(&smem.full[s], p.tx_bytes);
     if constexpr (C::kType == GemmType::kGrouped) {  // 3-D maps: the group is the third coordinate
-      tma_load_3d(smem.tiles_a + s * C::kABytes, map_a, &smem.full[s], kb * kBlockK, tile.row0, tile.a_group);
+      if constexpr (C::kAlongN) {  // this CTA's half of A (both CTAs' tiles are one row tile), into both CTAs
+        constexpr int kRows = C::kBlockM / kCluster;
+        tma_load_3d_multicast(smem.tiles_a + s * C::kABytes + rank * kRows * kBlockK, map_a, &smem.full[s],
+                              kb * kBlockK, tile.row0 + rank * kRows, tile.a_group, (1 << kCluster) - 1);
+      } else {
+        tma_load_3d(smem.tiles_a + s * C::kABytes, map_a, &smem.full[s], kb * kBlockK, tile.row0, tile.a_group);
+      }
       tma_load_3d(smem.scales + s * C::kBlockM, map_scale, &smem.full[s], tile.row0, kb, tile.a_group);
       tma_load_3d(smem.tiles_b + s * C::kBBytes, map_b, &smem.full[s], kb * kBlockK, tile.n_block * kBlockN, tile.group);
       continue;

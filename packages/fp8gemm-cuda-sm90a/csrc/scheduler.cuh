@@ -51,7 +51,7 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
 // once a grouped walk is past the last group's tiles; always true for one GEMM), then `at(t)`.
 template <class C, int kCluster>
 struct Tiles {
-  GroupCursor<C::kBlockM> cursor;
+  GroupCursor<C::kBlockM, kCluster> cursor;
   __device__ __forceinline__ bool more(const Params& p, int t) {
     if constexpr (C::kType == GemmType::kGrouped) return cursor.seek(p, t);
     else return true;
@@ -60,7 +60,7 @@ struct Tiles {
     if constexpr (C::kType == GemmType::kGrouped) {
       const GroupTile g = cursor.tile(p, t);
       Tile tile;
-      tile.m_block = g.m_block, tile.n_block = g.n_block, tile.split = 0, tile.row0 = g.row0;
+      tile.m_block = g.m_block, tile.n_block = g.n_block * kCluster + rank, tile.split = 0, tile.row0 = g.row0;
       tile.group = g.group, tile.a_group = p.masked ? g.group : 0, tile.lo = g.lo, tile.hi = g.hi;
       return tile;
     } else {

@@ -60,13 +60,14 @@ constexpr TileConfig kTiles[] = {
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
-// The grouped kernels (grouped.cu): decode groups on 64-row tiles, then 128 and 256 rows; one CTA each (a
-// cluster's two tiles may lie in different groups).
+// The grouped kernels (grouped.cu): decode groups on 64-row tiles, then 128, 192 and 256 rows; clusters only pair
+// N blocks (two M blocks may lie in different groups).
 constexpr TileConfig kGroupedTiles[] = {
     {64, 128, 1, MainLoop::kTwoSets},
     {128, 128, 1, MainLoop::kTwoSets},
     {128, 128, 1, MainLoop::kOneSet},
-    {256, 128, 1, MainLoop::kOneSet},
+    {192, 128, 1, MainLoop::kOneSet},
+    {256, 128, 2, MainLoop::kOneSet},  // pairs of N blocks multicast the rows of A they share
 };
 constexpr int kGroupedTileCount = sizeof(kGroupedTiles) / sizeof(kGroupedTiles[0]);
 
