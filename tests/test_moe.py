@@ -68,14 +68,16 @@ def case_seed(case: MoeCase) -> int:
     return (DEFAULT_SEED * 1_000_003 + zlib.crc32(case.id.encode())) % 2**63
 
 
-def make_experts(experts: int, hidden: int, inter: int, gen: torch.Generator, fp8_dtype, pow2=False, device=DEVICE):
+def make_experts(experts: int, hidden: int, inter: int, gen: torch.Generator, fp8_dtype, pow2=False, device=DEVICE,
+                 backend="reference"):  # fmt: skip
     """Quantized w13 [E, 2I, H] and w2 [E, H, I], each expert at its own magnitude (a wrong expert shows)."""
     magnitude = torch.rand(experts, 1, 1, generator=gen, device=device) + 0.25
     gate_up = torch.randn(experts, 2 * inter, hidden, generator=gen, device=device) * magnitude / 16
     down = torch.randn(experts, hidden, inter, generator=gen, device=device) * magnitude / 16
     w13, s13 = fp8gemm.nn.experts.quantize_experts(gate_up, fp8_dtype, pow2)
     w2, s2 = fp8gemm.nn.experts.quantize_experts(down, fp8_dtype, pow2)
-    return w13, fp8gemm.prepare_weight_scale(s13), w2, fp8gemm.prepare_weight_scale(s2)
+    prepare = lambda scale: fp8gemm.prepare_weight_scale(scale, backend=backend)
+    return w13, prepare(s13), w2, prepare(s2)
 
 
 def make_routing(case: MoeCase, gen: torch.Generator, device=DEVICE):
@@ -94,12 +96,12 @@ def make_routing(case: MoeCase, gen: torch.Generator, device=DEVICE):
     return ids, weights.to(case.weight_dtype)
 
 
-def make_case(case: MoeCase, fp8_dtype, device=DEVICE):
+def make_case(case: MoeCase, fp8_dtype, device=DEVICE, backend="reference"):
     seed = case_seed(case)
     print(f"{case.id}: data seed {seed}")
     gen = torch.Generator(device=device).manual_seed(seed)
     x = (torch.randn(case.tokens, case.hidden, generator=gen, device=device) * 2).to(case.x_dtype)
-    experts = make_experts(case.experts, case.hidden, case.inter, gen, fp8_dtype, case.pow2, device)
+    experts = make_experts(case.experts, case.hidden, case.inter, gen, fp8_dtype, case.pow2, device, backend)
     return (x, *make_routing(case, gen, device), *experts)
 
 
@@ -111,7 +113,7 @@ def bound(case: MoeCase) -> float:
 @pytest.mark.parametrize("layout", moe.LAYOUTS)
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_numerics_against_float64(case, layout, backend, device):
-    x, ids, weights, w13, s13, w2, s2 = make_case(case, fp8_dtype_for(device, backend))
+    x, ids, weights, w13, s13, w2, s2 = make_case(case, fp8_dtype_for(device, backend), backend=backend)
     if layout == "masked" and case.routing == "repeated":
         pytest.skip("the masked layout holds T rows per expert: test_masked_layout_drops_repeats_past_t_rows")
     with torch.no_grad():
@@ -137,7 +139,7 @@ def test_the_reference_sees_a_wrong_expert_or_weight():
 
 def test_results_are_the_same_bits_on_every_run(device):
     x, ids, weights, w13, s13, w2, s2 = make_case(CASES[6], fp8_dtype_for(device, "reference"))
-    runs = [fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2) for _ in range(3)]
+    runs = [fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, backend="reference") for _ in range(3)]
     assert all(torch.equal(run, runs[0]) for run in runs)
 
 
@@ -347,7 +349,7 @@ def test_gpu_graph_replay(layout, backend):
     """Eager with torch's synchronisation check set to error; then captured once and replayed with other routings
     written into the same tensors: the graph reads them on the device."""
     case = MoeCase(16, 8, 2, routing="uniform")
-    x, ids, weights, w13, s13, w2, s2 = make_case(case, fp8_dtype_for(DEVICE, backend))
+    x, ids, weights, w13, s13, w2, s2 = make_case(case, fp8_dtype_for(DEVICE, backend), backend=backend)
     call = lambda: fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout=layout, backend=backend)
     with torch.no_grad():
         call()  # warm-up: backend lookup, kept scratch
