@@ -28,6 +28,7 @@ from fp8gemm import hf, registry
 from fp8gemm.conformance import TOLERANCE, relative_error
 from fp8gemm.reference import REFERENCE, oracle
 from fp8gemm.registry import Selection
+from test_grouped import HostRead, refuse_host_reads
 
 SEED = int(os.environ.get("FP8GEMM_TEST_SEED", "20261201"))
 REPO_ID = "kernels-community/finegrained-fp8"
@@ -347,10 +348,6 @@ def test_bad_calls_raise_value_errors():
         hf.matmul_2d(activations((4, 200), 82), w[0][:, :200], ws[0][:, :2], [128, 128])
 
 
-class HostRead(AssertionError):
-    pass
-
-
 def test_batched_and_grouped_never_read_values_on_the_host(monkeypatch):
     """On meta tensors, which have no values, with every host read refused and the reference playing a GPU backend:
     nothing in either path waits on the device, so CUDA graphs capture them."""
@@ -358,15 +355,7 @@ def test_batched_and_grouped_never_read_values_on_the_host(monkeypatch):
     x, ids = activations((7, 256), 91).to("meta"), torch.zeros(7, dtype=torch.long, device="meta")
     offsets = torch.zeros(EXPERTS, dtype=torch.int32, device="meta")
     monkeypatch.setattr(registry, "select", lambda device, backend=None: Selection(REFERENCE, "meta plays a GPU"))
-
-    def refuse(name):
-        def read(self, *args, **kwargs):
-            raise HostRead(f"Tensor.{name} read values on the host")
-
-        return read
-
-    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
-        monkeypatch.setattr(torch.Tensor, name, refuse(name))
+    refuse_host_reads(monkeypatch)
     assert hf.matmul_batched(x, w, ws, block_size=[128, 128], expert_ids=ids).shape == (7, 256)
     assert hf.matmul_grouped(x, w, ws, offsets=offsets, block_size=[128, 128]).shape == (7, 256)
     with pytest.raises(HostRead):

@@ -9,9 +9,8 @@ from ..moe import ACTIVATIONS, fused_experts
 from ..ops import prepare_weight_scale
 from ..quantize import quantize_weight
 from ..reference import BLOCK, FP8_DTYPES
-from .layer import required_fp8_dtype, to_fp8_dtype
+from .layer import required_fp8_dtype, resolve_fp8_dtype, to_fp8_dtype
 
-_FN = torch.float8_e4m3fn
 _SOURCE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 PROJECTIONS = ("gate_proj", "up_proj", "down_proj")  # the per-expert names of checkpoints
 # transformers' fused 3-D parameters (and its FP8 experts' scales) -> these buffers, accepted by load_state_dict
@@ -68,13 +67,7 @@ class Fp8Experts(nn.Module):
             raise ValueError(f"Fp8Experts: {problem}; keep such experts in bf16 (fp8gemm.nn.convert does)")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        device = torch.empty(0, device=device).device  # honours a `with torch.device(...)` context
-        required = required_fp8_dtype(device)
-        fp8_dtype = fp8_dtype or required or _FN
-        if fp8_dtype not in FP8_DTYPES:
-            raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
-        if required is not None and fp8_dtype != required:
-            raise ValueError(f"fp8_dtype={fp8_dtype}, but the backend for {device} takes {required}; omit fp8_dtype")
+        device, fp8_dtype = resolve_fp8_dtype(device, fp8_dtype)
         self.num_experts, self.hidden_size, self.intermediate_size = num_experts, hidden_size, intermediate_size
         self.activation, self.pow2_scales = activation, bool(pow2_scales)
         e, h, i = num_experts, hidden_size, intermediate_size

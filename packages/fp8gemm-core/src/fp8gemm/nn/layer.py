@@ -36,6 +36,19 @@ def required_fp8_dtype(device: torch.device) -> torch.dtype | None:
     return getattr(torch, backend.fp8_dtype) if backend.fp8_dtype else None
 
 
+def resolve_fp8_dtype(device, fp8_dtype: torch.dtype | None) -> tuple[torch.device, torch.dtype]:
+    """The module's device (a ``with torch.device(...)`` context honoured) and its FP8 dtype: the one asked for, else
+    the one the backend for that device insists on, else e4m3fn."""
+    device = torch.empty(0, device=device).device
+    required = required_fp8_dtype(device)
+    fp8_dtype = fp8_dtype or required or _FN
+    if fp8_dtype not in FP8_DTYPES:
+        raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
+    if required is not None and fp8_dtype != required:
+        raise ValueError(f"fp8_dtype={fp8_dtype}, but the backend for {device} takes {required}; omit fp8_dtype")
+    return device, fp8_dtype
+
+
 def _prepared(scale: torch.Tensor) -> torch.Tensor:
     """The weight scale in the layout the backend for its device reads (unchanged where none applies)."""
     if scale.device.type == "meta":
@@ -109,13 +122,7 @@ class Fp8Linear(nn.Module):
             raise ValueError(f"Fp8Linear: {problem}; keep such layers as nn.Linear (fp8gemm.nn.convert does)")
         if dtype not in _SOURCE_DTYPES:
             raise TypeError(f"dtype (the bias dtype) must be one of {_SOURCE_DTYPES}, got {dtype}")
-        device = torch.empty(0, device=device).device  # honours a `with torch.device(...)` context
-        required = required_fp8_dtype(device)
-        fp8_dtype = fp8_dtype or required or _FN
-        if fp8_dtype not in FP8_DTYPES:
-            raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
-        if required is not None and fp8_dtype != required:
-            raise ValueError(f"fp8_dtype={fp8_dtype}, but the backend for {device} takes {required}; omit fp8_dtype")
+        device, fp8_dtype = resolve_fp8_dtype(device, fp8_dtype)
         self.in_features, self.out_features, self.pow2_scales = in_features, out_features, bool(pow2_scales)
         scale_shape = (ceil_div(out_features, BLOCK), in_features // BLOCK)
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=fp8_dtype, device=device))
