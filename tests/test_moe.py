@@ -27,9 +27,10 @@ from test_grouped_dispatch import H100, make_backend
 BACKENDS = backends_under_test()
 DEVICE = device_under_test()
 ON_GPU = DEVICE.type == "cuda"
-# Two GEMMs in a row: the down GEMM's bf16 contract (4e-3) plus the gate/up GEMM's fp32 one (5e-4), carried through
-# the intermediate's requantization (sm90a's tensor-core accumulation measured 4.2e-3 at K = 128); fp32 x: 5e-4.
-BF16_BOUND, FP32_BOUND = 6e-3, 5e-4
+# Two GEMMs in a row: the down GEMM's contract for the output dtype (bf16 4e-3, fp32 5e-4) plus 2e-3 for the FP8 codes
+# of the intermediate that a hardware gate/up product moves to a neighbour when requantized (sm90a, H100: 4.2e-3
+# bf16, 1.5e-3 fp32; the reference backend, whose products are exact: 2.5e-3 and 3e-7).
+BF16_BOUND, FP32_BOUND = 6e-3, 2.5e-3
 
 
 @dataclasses.dataclass(frozen=True)

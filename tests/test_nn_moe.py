@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
-BF16_BOUND = 4e-3  # the GEMM contract's bound for bf16 output, against the float64 reference
+BF16_BOUND = 6e-3  # fused experts against float64: two GEMMs in a row (tests/test_moe.py says why)
 # One FP8 expert layer against its bf16 weights: e4m3 rounds x, w13, the activation and w2 (each ~2.5% RMS), and the
 # gate's and up's errors multiply in silu(gate) * up: measured 6.0-6.9% over 8 seeds.
 EXPERTS_BOUND = 0.1
@@ -303,9 +303,9 @@ def test_per_expert_fp8_checkpoint_stacks_into_a_converted_model(kind, tmp_path,
     result = load_fp8_checkpoint(target, tmp_path, device=device)
     assert result.missing_keys == [] and result.unexpected_keys == []
     ids = torch.randint(0, 1000, (1, 24), generator=torch.Generator().manual_seed(15))
-    assert conformance.relative_error(target(ids.to(device)).logits.cpu(), source(ids).logits.double()) < 1e-2
-    if torch.device(device).type == "cpu":
-        assert torch.equal(target(ids).logits, source(ids).logits)
+    # The source on the same device runs the same kernels: the loaded model must reproduce it bit for bit.
+    source = source.to(device)
+    assert torch.equal(target(ids.to(device)).logits, source(ids.to(device)).logits)
 
 
 def test_a_missing_expert_is_named_and_extra_experts_are_unexpected(tmp_path):
