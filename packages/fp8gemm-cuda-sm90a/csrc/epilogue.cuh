@@ -41,15 +41,22 @@ __device__ __forceinline__ void store_warpgroup_tile(const CUtensorMap* map_out,
   tma_store_commit();
 }
 
+// Grouped kernels: whether warpgroup wg's store box (64 kSub rows from first_row) lies inside the tile's rows of its
+// group; one that does not would write the neighbour group's rows, so only those rows are copied out instead.
+template <class C>
+__device__ __forceinline__ bool box_in_group(const Tile& tile, int first_row) {
+  return first_row >= tile.lo && first_row + C::kSub * 64 <= tile.hi;
+}
+
 // Grouped kernels: the rows [tile.lo, tile.hi) of a warpgroup's staged bf16 tile (64-column boxes of 64 kSub
 // rows, 16-byte chunk c of row r at chunk c ^ (r % 8): epilogue_tma's layout), 16 bytes per thread and step.
-template <class C>
+template <class C, int kThreads>
 __device__ __forceinline__ void copy_rows_out(const uint8_t* buf, const Params& p, const Tile& tile, int first_row,
                                               int n_first, int thread) {
   constexpr int kRows = 64 * C::kSub, kChunks = C::kBlockN / 8;
   const int lo = max(tile.lo - first_row, 0), hi = min(tile.hi - first_row, kRows);
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + tile.a_group * p.out_gs;
-  for (int i = thread; i < (hi - lo) * kChunks; i += 128) {
+  for (int i = thread; i < (hi - lo) * kChunks; i += kThreads) {
     const int r = lo + i / kChunks, c = i % kChunks, col = n_first + 8 * c;
     if (col >= p.n) continue;  // N % 16 == 0: a chunk is wholly inside N or outside
     const uint4 v = *reinterpret_cast<const uint4*>(buf + (c / 8) * (kRows * 128) + r * 128 + (((c % 8) ^ (r % 8)) << 4));
@@ -96,16 +103,21 @@ __device__ __forceinline__ void epilogue_tma(const CUtensorMap* map_out, uint8_t
   }
   fence_async_shared();  // visible to the TMA engine
   if constexpr (C::kStoreWarp) {  // hand the buffer to the store warp; no wait here
+    if constexpr (C::kType == GemmType::kGrouped) {  // a box crossing the group's end: copied here, then handed back
+      const int first = tile.row0 + warpgroup * kSub * 64;
+      if (!box_in_group<C>(tile, first)) {
+        named_bar_sync<128>(1 + warpgroup);
+        copy_rows_out<C, 128>(buf, p, tile, first, n_first, threadIdx.x % 128);
+      }
+    }
     named_bar_arrive<160>(kEpiFullBar + warpgroup);
     return;
   }
   named_bar_sync<128>(1 + warpgroup);
   if constexpr (C::kType == GemmType::kGrouped) {
-    // A box wholly inside the tile's rows of its group leaves by TMA; one that is not would write the neighbour
-    // group's rows, so the warpgroup copies just its rows of the group out of the buffer.
     const int first = tile.row0 + warpgroup * kSub * 64;
-    if (first < tile.lo || first + kSub * 64 > tile.hi) {
-      copy_rows_out<C>(buf, p, tile, first, n_first, threadIdx.x % 128);
+    if (!box_in_group<C>(tile, first)) {
+      copy_rows_out<C, 128>(buf, p, tile, first, n_first, threadIdx.x % 128);
       return;
     }
   }

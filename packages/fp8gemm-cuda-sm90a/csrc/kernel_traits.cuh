@@ -92,9 +92,7 @@ struct KernelTraits {
   static constexpr bool kWideStore = kBlockN % 64 == 0;
   // 256-row tiles hand their epilogue buffer to a producer warp that issues the TMA stores and waits
   // for them, so no consumer warp lags behind its warpgroup into the next tile's first wgmma.
-  // Grouped kernels store each warpgroup's rows themselves: a warpgroup whose rows cross a group's end stores
-  // directly (masked) instead, which the store warp's fixed hand-over cannot follow.
-  static constexpr bool kStoreWarp = kTmaStore && kSub == 2 && kType == GemmType::kDense;
+  static constexpr bool kStoreWarp = kTmaStore && kSub == 2;
   static_assert(kType == GemmType::kDense || (!kSplitK && (kCluster == 1 || kAlongN)),
                 "grouped kernels: no K split; clusters pair N blocks (one group's rows)");
   // The one-set loop's stage release: one arrive per consumer warp (lane 0's) on 256-row tiles, one per

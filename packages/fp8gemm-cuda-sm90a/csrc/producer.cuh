@@ -87,8 +87,10 @@ template <class C, int kCluster>
 __device__ __forceinline__ void store_tiles(const SharedStorage<C>& smem, const CUtensorMap* map_out, const Params& p,
                                             TileWalk walk, int rank, int lane) {
   const bool issuer = lane == 0;
+  Tiles<C, kCluster> tiles;
   for (int t = walk.first; t < walk.count; t += walk.stride) {
-    const Tile tile = tile_at<kCluster, C::kAlongN, C::kBlockM>(p, t, rank);  // dense kernels only (kStoreWarp)
+    if (!tiles.more(p, t)) break;
+    const Tile tile = tiles.at(p, t, rank);
     if (issuer) tma_store_wait_read();  // the last tile's reads
     __syncwarp();
 #pragma unroll
@@ -96,9 +98,13 @@ __device__ __forceinline__ void store_tiles(const SharedStorage<C>& smem, const 
 #pragma unroll
     for (int wg = 0; wg < C::kConsumers; ++wg) {
       named_bar_sync<160>(kEpiFullBar + wg);
+      const uint8_t* buf = smem.epilogue + wg * C::kSub * 64 * C::kBlockN * 2;
+      if constexpr (C::kType == GemmType::kGrouped) {  // its warpgroup copied a box crossing the group's end
+        if (!box_in_group<C>(tile, tile.row0 + wg * C::kSub * 64)) continue;
+      }
       if (issuer)
-        store_warpgroup_tile<C, C::kBlockN, C::kSub>(map_out, smem.epilogue + wg * C::kSub * 64 * C::kBlockN * 2, p,
-                                                     tile.row0, tile.n_block * C::kBlockN, wg);
+        store_warpgroup_tile<C, C::kBlockN, C::kSub>(map_out, buf, p, tile.row0, tile.n_block * C::kBlockN, wg,
+                                                     tile.a_group);
     }
   }
   if (issuer) tma_store_wait_read();  // shared memory outlives the reads
