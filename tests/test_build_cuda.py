@@ -39,7 +39,7 @@ def built(request, tmp_path_factory):
 
 
 ONE_SET = 1  # tile_config.hpp MainLoop::kOneSet
-SM90A_GEMM_KERNELS = 21  # tile_config.hpp: the 16 kTiles and the 5 kGroupedTiles
+SM90A_GEMM_KERNELS = 22  # tile_config.hpp: the 16 kTiles and the 6 kGroupedTiles
 
 
 def sm90a_kernel_params(name: str) -> tuple[int, ...] | None:

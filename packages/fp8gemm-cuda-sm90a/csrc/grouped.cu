@@ -67,7 +67,7 @@ void launch_grouped_index(int index, const fp8gemm::GroupedArgs& a, const Params
 
 int64_t grouped_workspace_bytes(int, int64_t, int64_t, int64_t, int64_t) { return 0; }  // no split-K
 
-void grouped_launch(const fp8gemm::GroupedArgs& args) {
+void grouped_launch_tile(const fp8gemm::GroupedArgs& args, int tile_index) {
   const bool masked = args.layout == fp8gemm::kGroupedMasked;
   if (!masked && args.layout != fp8gemm::kGroupedContiguous)
     throw std::invalid_argument("fp8gemm-cuda-sm90a: grouped layout " + std::to_string(args.layout) +
@@ -78,8 +78,13 @@ void grouped_launch(const fp8gemm::GroupedArgs& args) {
     throw std::invalid_argument("fp8gemm-cuda-sm90a: grouped sizes must lie in [0, 2^31 - 256)");
   if (args.m == 0 || args.groups == 0 || args.n == 0) return;  // nothing to write
   const int dev = kDevices.current();
+  if (tile_index < -1 || tile_index >= kGroupedTileCount)
+    throw std::invalid_argument("fp8gemm-cuda-sm90a: grouped tile index " + std::to_string(tile_index) +
+                                " is not one of the " + std::to_string(kGroupedTileCount) + " compiled (or -1: the plan's)");
+  const int sms = kDevices.sm_count(dev);
   const GroupedPlan plan =
-      grouped_plan_for(masked, args.m, args.n, args.k, args.groups, args.expected_m, kDevices.sm_count(dev));
+      tile_index < 0 ? grouped_plan_for(masked, args.m, args.n, args.k, args.groups, args.expected_m, sms)
+                     : grouped_plan_with(kGroupedTiles[tile_index], masked, args.m, args.n, args.groups, sms);
   if (plan.row_tiles * plan.n_blocks > INT_MAX - plan.grid)
     throw std::invalid_argument("fp8gemm-cuda-sm90a: grouped GEMM of more than 2^31 tiles");
   Params p{};
@@ -97,5 +102,7 @@ void grouped_launch(const fp8gemm::GroupedArgs& args) {
                        std::make_integer_sequence<int, kGroupedTileCount>());
   kDevices.check(cudaGetLastError(), "grouped GEMM kernel launch");
 }
+
+void grouped_launch(const fp8gemm::GroupedArgs& args) { grouped_launch_tile(args, -1); }
 
 }  // namespace fp8gemm_sm90a

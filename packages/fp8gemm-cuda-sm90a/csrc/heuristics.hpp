@@ -161,7 +161,8 @@ struct GroupedPlan {
 };
 
 // The dense model's rates for the grouped kernels' shapes.
-constexpr TileRate kGroupedRates[] = {{64, 128, 1, 690}, {128, 128, 1, 1120}, {192, 128, 1, 1220}, {256, 128, 2, 1270}};
+constexpr TileRate kGroupedRates[] = {{64, 128, 1, 690},   {128, 128, 1, 1120}, {128, 192, 1, 1150},
+                                     {192, 128, 1, 1220}, {256, 128, 2, 1270}};
 
 // Row tiles the walk can meet. Masked: every group's tiles of M_max rows. Contiguous: a group's tiles start at its
 // first row rounded down to 4 (scheduler.cuh GroupCursor), so each non-empty group adds at most two partial tiles.
@@ -174,12 +175,24 @@ inline int64_t grouped_row_tile_bound(bool masked, int64_t m, int64_t groups, in
 // GEMM of those rows). So each candidate's modelled time is its mean over the hint's spread.
 constexpr double kHintSpread[] = {0.7, 0.85, 1.0, 1.15, 1.3};
 
+// The rest of a grouped plan once its tile (main loop included) is chosen: row tiles, N blocks and the grid.
+inline GroupedPlan grouped_plan_with(const TileConfig& tile, bool masked, int64_t m, int64_t n, int64_t groups,
+                                     int sm_count) {
+  GroupedPlan p{};
+  p.tile = tile;
+  p.n_blocks = ceil_div(n, p.tile.cols);
+  p.row_tiles = grouped_row_tile_bound(masked, m, groups, p.tile.rows);
+  const int cluster = p.tile.cluster;  // the grid counts whole clusters
+  p.grid = std::min<int64_t>(p.row_tiles * ceil_div(p.n_blocks, cluster), sm_count / cluster) * cluster;
+  return p;
+}
+
 // The candidate with the smallest modelled time for `groups` groups of about the hinted rows each (whole waves of
 // tiles at the tile's rate); 64-row tiles only for groups of up to 64 rows (decode), where taller ones compute padding.
 inline GroupedPlan grouped_plan_for(bool masked, int64_t m, int64_t n, int64_t k, int64_t groups, int64_t expected_m,
                                     int sm_count) {
   const int64_t hint = std::max<int64_t>(1, fp8gemm::grouped_rows_hint(masked, m, groups, expected_m));
-  GroupedPlan p{};
+  TileConfig best_tile{};
   double best = 0;
   for (const TileRate& t : kGroupedRates) {
     const int64_t n_blocks = ceil_div(n, t.cols);
@@ -190,14 +203,10 @@ inline GroupedPlan grouped_plan_for(bool masked, int64_t m, int64_t n, int64_t k
       const int64_t tiles = groups * ceil_div(rows, t.rows) * ceil_div(n_blocks, t.cluster) * t.cluster;
       us += double(ceil_div(tiles, sm_count)) * 2.0 * t.rows * t.cols * k / (t.tflops * 1e6 / sm_count);
     }
-    if (best == 0 || us < best) best = us, p.tile = TileConfig{t.rows, t.cols, t.cluster, MainLoop::kTwoSets};
+    if (best == 0 || us < best) best = us, best_tile = TileConfig{t.rows, t.cols, t.cluster, MainLoop::kTwoSets};
   }
-  p.tile.loop = main_loop_for(p.tile, static_cast<int>(k / kBlockK));
-  p.n_blocks = ceil_div(n, p.tile.cols);
-  p.row_tiles = grouped_row_tile_bound(masked, m, groups, p.tile.rows);
-  const int cluster = p.tile.cluster;  // the grid counts whole clusters
-  p.grid = std::min<int64_t>(p.row_tiles * ceil_div(p.n_blocks, cluster), sm_count / cluster) * cluster;
-  return p;
+  best_tile.loop = main_loop_for(best_tile, static_cast<int>(k / kBlockK));
+  return grouped_plan_with(best_tile, masked, m, n, groups, sm_count);
 }
 
 // The index of `tile` in kGroupedTiles, or -1 where no grouped kernel of that shape is compiled.

@@ -1,6 +1,7 @@
 // Python binding: the protocol's module (fp8gemm/backend_module.hpp), no libtorch.
 #include <cuda_runtime_api.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "fp8gemm/backend_module.hpp"
@@ -43,4 +44,16 @@ PYBIND11_MODULE(_C, m) {
   // A scales: MN-major with 16-byte columns (its backend.py's a_scale_layout).
   fp8gemm::define_two_step_linear_entry(m, &fp8gemm_sm90a::quantize, &fp8gemm_sm90a::launch, &fp8gemm_sm90a::workspace_bytes, 4);
   fp8gemm::define_grouped_entry(m, &fp8gemm_sm90a::grouped_launch, &fp8gemm_sm90a::grouped_workspace_bytes);
+  // Not part of the protocol: the tests run every compiled grouped kernel, not only those the plan picks.
+  m.def("grouped_tiles", [] {
+    pybind11::list tiles;
+    for (const auto& t : fp8gemm_sm90a::kGroupedTiles) tiles.append(pybind11::make_tuple(t.rows, t.cols, t.cluster));
+    return tiles;
+  }, "(rows, cols, cluster) of each compiled grouped kernel, in kGroupedTiles' order");
+  m.def("grouped_launch_tile", [](uintptr_t args, int tile_index) {
+    if (tile_index < -1 || tile_index >= fp8gemm_sm90a::kGroupedTileCount)  // before the arguments are read
+      throw std::invalid_argument("grouped tile index " + std::to_string(tile_index) + " is not one of the " +
+                                  std::to_string(fp8gemm_sm90a::kGroupedTileCount) + " compiled (or -1: the plan's)");
+    fp8gemm_sm90a::grouped_launch_tile(fp8gemm::read_wire<fp8gemm::GroupedArgs>(args, "grouped_launch"), tile_index);
+  }, "grouped_launch on grouped_tiles()[tile_index] instead of the plan's tile (-1: the plan's)");
 }

@@ -60,12 +60,13 @@ constexpr TileConfig kTiles[] = {
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
-// The grouped kernels (grouped.cu): decode groups on 64-row tiles, then 128, 192 and 256 rows; clusters only pair
+// The grouped kernels (grouped.cu): decode groups on 64-row tiles, then 128 (128 or 192 wide), 192 and 256 rows; clusters only pair
 // N blocks (two M blocks may lie in different groups).
 constexpr TileConfig kGroupedTiles[] = {
     {64, 128, 1, MainLoop::kTwoSets},
     {128, 128, 1, MainLoop::kTwoSets},
     {128, 128, 1, MainLoop::kOneSet},
+    {128, 192, 1, MainLoop::kOneSet},  // few groups: 2/3 the row tiles of 128 x 128 where N fills a wave poorly
     {192, 128, 1, MainLoop::kOneSet},
     {256, 128, 2, MainLoop::kOneSet},  // pairs of N blocks multicast the rows of A they share
 };
