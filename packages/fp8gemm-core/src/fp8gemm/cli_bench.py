@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from . import accuracy, bench, conformance, grouped_bench, layer_bench, registry
+from . import accuracy, bench, conformance, grouped_bench, layer_bench, moe_bench, registry
 from .cli_args import UsageError, count_argument, default_device, plot_argument, requested_backend, shape_argument
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -63,32 +63,51 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
         "experts and bf16 torch._grouped_mm, in CUDA graphs (docs/benchmarks.md)",
     )
     p.add_argument(
+        "--moe",
+        action="store_true",
+        help="time the MoE experts layer fp8gemm.fused_experts (contiguous, masked) at DeepSeek-V3 and Qwen3-30B-A3B "
+        "sizes against bf16 experts as transformers runs them, DeepGEMM's pipeline and transformers' FP8Experts, in "
+        "CUDA graphs (docs/benchmarks.md)",
+    )
+    p.add_argument("--quick", action="store_true", help="with --moe: a subset (T 1, 64, 4096; uniform routing)")
+    p.add_argument(
         "--resume",
         action="store_true",
-        help="with --layer or --grouped: keep the shapes already in --json (written after every shape) and time the rest",
+        help="with --layer, --grouped or --moe: keep the cases already in --json (written after every case) and time "
+        "the rest",
     )
 
 
 def cmd_bench(args) -> int:
     device = args.device or default_device()
     backend = requested_backend(args)
-    if args.layer and args.grouped:
-        raise UsageError("--layer and --grouped are two benchmarks; run one, then the other")
-    if args.grouped and args.shapes:
-        raise UsageError("--grouped times its own case list (docs/benchmarks.md); leave --shapes out")
-    if args.resume and not ((args.layer or args.grouped) and args.json):
-        raise UsageError("--resume goes with --layer or --grouped and --json naming the earlier run's report")
+    if sum(map(bool, (args.layer, args.grouped, args.moe))) > 1:
+        raise UsageError("--layer, --grouped and --moe are separate benchmarks; run one, then the other")
+    if (args.grouped or args.moe) and args.shapes:
+        which = "--grouped" if args.grouped else "--moe"
+        raise UsageError(f"{which} times its own case list (docs/benchmarks.md); leave --shapes out")
+    if args.quick and not args.moe:
+        raise UsageError("--quick goes with --moe")
+    if args.resume and not ((args.layer or args.grouped or args.moe) and args.json):
+        raise UsageError(
+            "--resume goes with --layer or --grouped and --json naming the earlier run's report (or with "
+            "--moe and --json)"
+        )
     console.print(f"data seed {args.seed} (--seed {args.seed} draws the same data)", highlight=False)
     if device.type != "cuda":
         if args.layer:
             console.print("--layer times Linear layers on a GPU, and the device is the CPU, so:")
         if args.grouped:
             console.print("--grouped times grouped GEMMs on a GPU, and the device is the CPU, so:")
+        if args.moe:
+            console.print("--moe times the MoE experts layer on a GPU, and the device is the CPU, so:")
         return _bench_without_gpu(args, device, backend)
     if args.layer:
         return _bench_layer(args, device)
     if args.grouped:
         return _bench_grouped(args, device, backend)
+    if args.moe:
+        return _bench_moe(args, device, backend)
     shapes = args.shapes or bench.SHAPE_SETS[args.set]
     out_dtype = torch.float32 if args.out_dtype == "float32" else torch.bfloat16
     n_impls = 1 + len(bench.available_peers(device))
@@ -136,6 +155,43 @@ def _bench_grouped(args, device: torch.device, backend: str | None) -> int:
                                earlier=earlier, checkpoint=checkpoint, seed=args.seed)  # fmt: skip
     print_grouped_summary(report)
     return _write_outputs(args, report, _save_atomically, grouped_bench.plot)
+
+
+def _bench_moe(args, device: torch.device, backend: str | None) -> int:
+    earlier = _earlier_report(args)
+    checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
+    report = moe_bench.run(device, backend=backend, progress=lambda text: console.print(text, highlight=False),
+                           earlier=earlier, checkpoint=checkpoint, seed=args.seed, quick=args.quick)  # fmt: skip
+    print_moe_summary(report)
+    return _write_outputs(args, report, _save_atomically, moe_bench.plot)
+
+
+def print_moe_summary(report: dict) -> None:
+    table = Table(title="MoE experts layer: speed of ours over the other path (its time / ours), geomean over cases")
+    for col in ("ours", "other path", "cases", "geomean", "slowest", "slowest case"):
+        table.add_column(col)
+    for key, block in report["summary"].items():
+        if not key.endswith(" vs"):
+            continue
+        for other, s in block.items():
+            if s["cases"]:
+                table.add_row(key[:-3], other, str(s["cases"]), f"{s['geomean']:.2f}x", f"{s['slowest']:.2f}x",
+                              s["slowest_case"])  # fmt: skip
+    console.print(table)
+    d = report["summary"]["decode_ours_over_grouped_alone"]
+    if d["cases"]:
+        console.print(f"decode (T <= 64): fused_experts / grouped GEMMs alone: geomean {d['geomean']:.2f}, worst "
+                      f"{d['worst']:.2f} ({d['worst_case']}), target <= {d['target_max']}", highlight=False)  # fmt: skip
+    for model, m in report["summary"]["masked_speed_over_contiguous"].items():
+        cells = ", ".join(f"T{t} {v:.2f}" for t, v in m["by_T"].items())
+        console.print(f"{model}: masked speed over contiguous {cells}", highlight=False)
+    for name, why in report["environment"].get("missing", {}).items():
+        console.print(f"{name}: {why}", highlight=False)
+    for name, m in report.get("models", {}).items():
+        note = m["weights"].get("note") or m.get("error")
+        console.print(
+            f"{name}: weight copies {m['weights']['copies']}" + (f" ({note})" if note else ""), highlight=False
+        )
 
 
 def print_grouped_summary(report: dict) -> None:

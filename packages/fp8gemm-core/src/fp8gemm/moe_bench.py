@@ -1,0 +1,443 @@
+"""``fp8gemm bench --moe``: the experts layer ``fp8gemm.fused_experts`` at DeepSeek-V3 and Qwen3-30B-A3B sizes, against
+bf16 experts as transformers runs them, DeepGEMM's pipeline and transformers' own FP8 experts module, with our two
+grouped GEMMs alone as the bound (paths: ``moe_peers.py``).
+
+Every path's calls for one case are captured in one CUDA graph cycling through copies of the expert weights (enough
+that the weights one call reads, times the copies, exceed the L2 three times, within a memory budget), so weights
+stream from HBM; before timing, each path's output on a sub-sample of tokens is checked against a float64 reference,
+and a wrong path is reported, not timed. Method: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from . import registry
+from .bench import DEFAULT_SEED, _error_text, environment, geomean, seeded_generator
+from .conformance import relative_error
+from .grouped import uses_grouped_kernel
+from .moe_peers import (
+    BF16_GROUPED,
+    BF16_LOOP,
+    BF16_PATHS,
+    DEEPGEMM_PATHS,
+    DG_PIPELINE,
+    DG_PIPELINE_EXACT,
+    GROUPED_ALONE,
+    HF_FP8,
+    NOTES,
+    OURS_CONTIGUOUS,
+    OURS_MASKED,
+    PATH_ORDER,
+    PATHS,
+    WEIGHT_KIND,
+    Bf16Weights,
+    Fp8Weights,
+    Inputs,
+    distinct_experts,
+    missing_paths,
+)
+from .moe_reference import dequantize64, reference_fused_experts
+from .ops import preferred_fp8_dtype, prepare_weight_scale
+from .protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED
+from .quantize import quantize_weight
+
+
+@dataclass(frozen=True)
+class MoeModel:
+    name: str
+    experts: int  # E
+    top_k: int  # k
+    hidden: int  # H
+    inter: int  # I (moe_intermediate_size)
+
+
+MODELS = (
+    MoeModel("deepseek-v3", 256, 8, 7168, 2048),
+    MoeModel("deepseek-v3-ep8", 32, 8, 7168, 2048),  # the 32 local experts of 8-way expert parallelism
+    MoeModel("qwen3-30b-a3b", 128, 8, 2048, 768),
+)
+TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
+ROUTINGS = ("uniform", "skewed")
+QUICK_TOKENS = (1, 64, 4096)
+QUICK_ROUTINGS = ("uniform",)
+HOT_EXPERTS, HOT_PROBABILITY = 6, 0.9  # skewed: each token picks each of 6 hot experts with p = 0.9 (~2/3 of rows)
+MASKED_MAX_BYTES = 8 << 30  # the masked layout's E*T-row buffers past this are not built
+WEIGHT_BUDGET_BYTES = 40 << 30  # rotating weight copies of one model, FP8 and bf16 together
+L2_MULTIPLE = 3  # copies x the bytes one call reads >= this x the L2
+MIN_CALLS = 8  # calls per graph for T <= CALLS_TOKENS (fewer leave the graph's launch in a decode time)
+CALLS_TOKENS = 1024
+CHECK_TOKENS = 8  # tokens checked against float64: the first, the last and random ones
+DECODE_MAX_TOKENS = 64
+# Bounds of the check (relative Frobenius error on the sampled tokens). Ours against the float64 yardstick of the
+# same quantized operands (moe_reference.py): tests/test_moe.py's bound for two GEMMs in a row. The bf16 paths and
+# the FP8 paths that quantize otherwise (DeepGEMM's, transformers' with bf16 gate/up) against the float64 layer on
+# the unquantized activations: FP8 activations (two quantizations, e4m3 steps of 6-12%) land at 3-5e-2 there;
+# a wrong expert, scale or permutation at O(1).
+YARDSTICK_BOUND = 6e-3
+EXACT_BOUND = {"bf16": 2e-2, "fp8": 0.1}
+YARDSTICK_PATHS = (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE)
+TARGETS = {"vs_bf16": 1.0, "decode_vs_grouped_alone_max": 1.2}
+SAME_SETUP = ("host", "device", "driver", "torch", "fp8gemm", "backend_build", "peers", "seed")
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    tokens: int
+    routing: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} T{self.tokens} {self.routing}"
+
+
+def all_cases(quick: bool = False, models=MODELS) -> list[Case]:
+    tokens, routings = (QUICK_TOKENS, QUICK_ROUTINGS) if quick else (TOKENS, ROUTINGS)
+    return [Case(m.name, t, r) for m in models for r in routings for t in tokens]
+
+
+def routing(model: MoeModel, tokens: int, kind: str, seed: int):
+    """(topk_ids int64 [T, k], topk_weights fp32 [T, k]) on the CPU, seeded. uniform: k distinct experts at random;
+    skewed: each token takes each of HOT_EXPERTS hot experts with probability HOT_PROBABILITY, the rest at random."""
+    gen = seeded_generator(seed, "cpu", "routing", model.name, tokens, kind)
+    scores = torch.rand(tokens, model.experts, generator=gen, dtype=torch.float64)
+    if kind == "skewed":
+        hot = torch.randperm(model.experts, generator=gen)[:HOT_EXPERTS]
+        picked = torch.rand(tokens, len(hot), generator=gen, dtype=torch.float64) < HOT_PROBABILITY
+        scores[:, hot] += 2.0 * picked
+    elif kind != "uniform":
+        raise ValueError(f"routing {kind!r}: one of {ROUTINGS}")
+    ids = scores.topk(model.top_k, dim=1).indices
+    weights = torch.randn(tokens, model.top_k, generator=gen, dtype=torch.float64).softmax(-1).float()
+    return ids, weights
+
+
+def masked_bytes(model: MoeModel, tokens: int) -> int:
+    """The masked layout's buffers: E*T rows of FP8 x and scales, the fp32 gate/up product, the FP8 activation and
+    the bf16 down product."""
+    h, i = model.hidden, model.inter
+    per_row = h + 4 * h // 128 + 8 * i + i + 4 * i // 128 + 2 * h
+    return model.experts * tokens * per_row
+
+
+def expert_bytes(model: MoeModel, kind: str) -> int:
+    return 3 * model.hidden * model.inter * (2 if kind == "bf16" else 1)
+
+
+def plan_copies(model: MoeModel, min_experts_read: int, l2_bytes: int, budget: int = WEIGHT_BUDGET_BYTES) -> dict:
+    """Rotating copies per weight kind: enough that copies x (bytes one call reads) >= L2_MULTIPLE x L2, within
+    ``budget`` for both kinds together (bf16 copies given up first)."""
+    want = {kind: max(1, math.ceil(L2_MULTIPLE * l2_bytes / max(1, min_experts_read * expert_bytes(model, kind))))
+            for kind in ("fp8", "bf16")}  # fmt: skip
+    have = dict(want)
+    total = {kind: model.experts * expert_bytes(model, kind) for kind in have}
+    while sum(have[k] * total[k] for k in have) > budget and (have["bf16"] > 1 or have["fp8"] > 1):
+        have["bf16" if have["bf16"] > 1 else "fp8"] -= 1
+    out = {"copies": have, "wanted": want, "bytes_per_copy": total}
+    if have != want:
+        out["note"] = (f"copies cut to fit {budget / 2**30:.0f} GiB: the weights one call reads at the smallest T "
+                       f"({min_experts_read} experts) times the copies are below {L2_MULTIPLE}x the L2 where wanted "
+                       "> copies")  # fmt: skip
+    return out
+
+
+def make_weights(model: MoeModel, copies: dict, device, backend, seed: int):
+    """FP8 copies (each expert quantized per 128x128 block; every copy drawn from the seed) and bf16 copies: the
+    FP8 numbers dequantized to bf16, so both formats compute the same layer."""
+    fp8 = preferred_fp8_dtype(device, backend)
+    e, h, i = model.experts, model.hidden, model.inter
+    fp8_copies, bf16_copies = [], []
+    for c in range(max(copies["fp8"], copies["bf16"])):
+        gen = seeded_generator(seed, device, "weights", model.name, c)
+        w13 = torch.empty(e, 2 * i, h, dtype=fp8, device=device)
+        w2 = torch.empty(e, h, i, dtype=fp8, device=device)
+        s13 = torch.empty(e, 2 * i // 128, h // 128, device=device)
+        s2 = torch.empty(e, h // 128, i // 128, device=device)
+        for x in range(e):
+            w13[x], s13[x] = quantize_weight(torch.randn(2 * i, h, generator=gen, device=device) / math.sqrt(h),
+                                             fp8_dtype=fp8)  # fmt: skip
+            w2[x], s2[x] = quantize_weight(torch.randn(h, i, generator=gen, device=device) / math.sqrt(i),
+                                           fp8_dtype=fp8)  # fmt: skip
+        if c < copies["bf16"]:
+            bf16_copies.append(Bf16Weights(_dequantized(w13, s13), _dequantized(w2, s2)))
+        if c < copies["fp8"]:
+            fp8_copies.append(Fp8Weights(w13, s13, w2, s2, prepare_weight_scale(s13, backend=backend),
+                                         prepare_weight_scale(s2, backend=backend)))  # fmt: skip
+        del w13, w2, s13, s2
+    return {"fp8": fp8_copies, "bf16": bf16_copies}
+
+
+def _dequantized(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    for e in range(q.shape[0]):
+        rows = s[e].repeat_interleave(128, 0)[: q.shape[1]].repeat_interleave(128, 1)[:, : q.shape[2]]
+        out[e] = (q[e].float() * rows).bfloat16()
+    return out
+
+
+def exact_reference(x, ids, weights, w13, w13_scale, w2, w2_scale) -> torch.Tensor:
+    """float64 [t, H]: the layer on the unquantized activations and the dequantized weights (no FP8 rounding of x
+    or of the activation); one expert's weights dequantized at a time."""
+    inter = w2.shape[2]
+    x64, out = x.double(), torch.zeros(x.shape, dtype=torch.float64, device=x.device)
+    for e in torch.unique(ids).tolist():
+        token, choice = (ids == e).nonzero(as_tuple=True)
+        h = x64[token] @ dequantize64(w13[e], w13_scale[e]).t()
+        act = torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]
+        y = act @ dequantize64(w2[e], w2_scale[e]).t()
+        out.index_add_(0, token, y * weights[token, choice].double()[:, None])
+    return out
+
+
+def check_tokens(tokens: int, gen: torch.Generator) -> list[int]:
+    picks = {0, tokens - 1} | set(torch.randint(0, tokens, (CHECK_TOKENS - 2,), generator=gen).tolist())
+    return sorted(picks)
+
+
+def _calls(runs: list, tokens: int) -> list:
+    n = len(runs) * math.ceil(MIN_CALLS / len(runs)) if tokens <= CALLS_TOKENS else len(runs)
+    return [runs[c % len(runs)] for c in range(n)]
+
+
+def case_paths(model: MoeModel, case: Case) -> tuple[list[str], dict[str, str]]:
+    """The paths of a case, and those left out with why (the masked layout where its E*T rows do not fit)."""
+    skipped = {}
+    if masked_bytes(model, case.tokens) > MASKED_MAX_BYTES:
+        skipped[OURS_MASKED] = (f"not run: the masked layout holds E*T = {model.experts * case.tokens} rows "
+                                f"({masked_bytes(model, case.tokens) / 2**30:.1f} GiB)")  # fmt: skip
+    return [p for p in PATH_ORDER if p not in skipped], skipped
+
+
+def layer_flops(model: MoeModel, tokens: int) -> float:
+    return 2.0 * tokens * model.top_k * 3 * model.hidden * model.inter
+
+
+def time_case(model: MoeModel, case: Case, weights: dict, device, backend, seed, timer, missing: dict) -> dict:
+    """One row: each path's time per layer call, its errors against float64, or why it did not run."""
+    ids_cpu, w_cpu = routing(model, case.tokens, case.routing, seed)
+    gen = seeded_generator(seed, device, "x", case.label)
+    x = torch.randn(case.tokens, model.hidden, generator=gen, device=device).bfloat16()
+    inp = Inputs(x, ids_cpu.to(device), w_cpu.to(device), model.experts, ids_cpu, backend)
+    counts = torch.bincount(ids_cpu.reshape(-1), minlength=model.experts)
+    row = {**asdict(case), "label": case.label, "experts": model.experts, "top_k": model.top_k,
+           "hidden": model.hidden, "inter": model.inter, "experts_hit": distinct_experts(ids_cpu),
+           "largest_expert_rows": int(counts.max()), "us": {}, "tflops": {}, "rel_err": {}, "rel_err_exact": {},
+           "errors": {}}  # fmt: skip
+    sub = torch.tensor(check_tokens(case.tokens, seeded_generator(seed, "cpu", "check", case.label)), device=device)
+    w0 = weights["fp8"][0]
+    args = (x[sub], inp.topk_ids[sub], inp.topk_weights[sub], w0.w13, w0.w13_scale, w0.w2, w0.w2_scale)
+    yardstick, exact = reference_fused_experts(*args), exact_reference(*args)
+    paths, skipped = case_paths(model, case)
+    row["errors"].update(skipped)
+    for name in paths:
+        if name in missing:
+            row["errors"][name] = missing[name]
+            continue
+        runs = out = None
+        try:
+            runs = [PATHS[name](inp, w) for w in weights[WEIGHT_KIND[name]]]
+            run0, tokens_of = runs[0]
+            out = tokens_of(run0())[sub]
+            row["rel_err"][name] = relative_error(out, yardstick)
+            row["rel_err_exact"][name] = err = relative_error(out, exact)
+            if name in YARDSTICK_PATHS and row["rel_err"][name] > YARDSTICK_BOUND:
+                row["errors"][name] = (f"wrong: relative error {row['rel_err'][name]:.3g} against the float64 "
+                                       f"yardstick > {YARDSTICK_BOUND}; not timed")  # fmt: skip
+                continue
+            bound = EXACT_BOUND[WEIGHT_KIND[name]]
+            if not err <= bound:
+                row["errors"][name] = f"wrong: relative error {err:.3g} against the float64 layer > {bound}; not timed"
+                continue
+            seconds = timer(_calls([r for r, _ in runs], case.tokens))
+            row["us"][name] = seconds * 1e6
+            row["tflops"][name] = layer_flops(model, case.tokens) / seconds / 1e12
+        except Exception as exc:  # a path that cannot run this case is reported, not fatal
+            row["errors"][name] = _error_text(exc)
+        finally:
+            runs = out = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return row
+
+
+# --- the summary -------------------------------------------------------------------------------------------------
+
+
+def _stat(rows: list[dict], fast: str, slow: str, target: float | None = None, keep=lambda r: True) -> dict:
+    pairs = [(r["us"][slow] / r["us"][fast], r["label"]) for r in rows if keep(r) and {fast, slow} <= r["us"].keys()]
+    out = {"geomean": geomean([p for p, _ in pairs]), "cases": len(pairs)}
+    if pairs:
+        low = min(pairs)
+        out.update(slowest=low[0], slowest_case=low[1])
+    if target is not None:
+        out.update(target=target, met=(out.get("slowest", 0) >= target) if pairs else None)
+    return out
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Speed of ours over each other path (its time / ours): geomean and slowest case, over all cases and per
+    model; the decode ratio to the grouped GEMMs alone; the masked layout against the contiguous one per T."""
+    out: dict = {}
+    models = sorted({r["model"] for r in rows})
+    for ours in (OURS_CONTIGUOUS, OURS_MASKED):
+        block = {}
+        for other in (*BF16_PATHS, *DEEPGEMM_PATHS, HF_FP8):
+            target = TARGETS["vs_bf16"] if other in BF16_PATHS else None
+            block[other] = _stat(rows, ours, other, target)
+            block[other]["by_model"] = {m: _stat(rows, ours, other, target, lambda r, m=m: r["model"] == m)
+                                        for m in models}  # fmt: skip
+        out[f"{ours} vs"] = block
+    decode = [(r["us"][OURS_CONTIGUOUS] / r["us"][GROUPED_ALONE], r["label"]) for r in rows
+              if r["tokens"] <= DECODE_MAX_TOKENS and {OURS_CONTIGUOUS, GROUPED_ALONE} <= r["us"].keys()]  # fmt: skip
+    worst = max(decode) if decode else (math.nan, None)
+    target = TARGETS["decode_vs_grouped_alone_max"]
+    out["decode_ours_over_grouped_alone"] = {
+        "geomean": geomean([d for d, _ in decode]), "worst": worst[0], "worst_case": worst[1], "cases": len(decode),
+        "target_max": target, "met": (worst[0] <= target) if decode else None,
+        "per_case": {label: ratio for ratio, label in decode},
+    }  # fmt: skip
+    masked = {}
+    for r in rows:
+        if {OURS_CONTIGUOUS, OURS_MASKED} <= r["us"].keys():
+            masked.setdefault(r["model"], {}).setdefault(r["tokens"], []).append(
+                r["us"][OURS_CONTIGUOUS] / r["us"][OURS_MASKED]
+            )
+    out["masked_speed_over_contiguous"] = {
+        m: {"by_T": {t: geomean(v) for t, v in sorted(by_t.items())},
+            "masked_wins_up_to_T": max([t for t, v in by_t.items() if min(v) > 1.0] or [0])}
+        for m, by_t in masked.items()
+    }  # fmt: skip
+    return out
+
+
+# --- the run -----------------------------------------------------------------------------------------------------
+
+
+def _earlier_rows(earlier: dict | None, env: dict, labels: list[str]) -> list[dict]:
+    if not earlier:
+        return []
+    before = earlier.get("environment", {})
+    for key in SAME_SETUP:
+        if before.get(key) != env.get(key):
+            raise ValueError(
+                f"--resume: the earlier report's {key} is {before.get(key)!r}, this run's is {env.get(key)!r}; "
+                "resume only on the same GPU and software, or start a new report"
+            )
+    return [r for r in earlier.get("rows", []) if r["label"] in labels]
+
+
+def _peer_versions() -> dict[str, str]:
+    import importlib.metadata
+
+    versions = {}
+    for dist in ("transformers", "kernels", "deep_gemm", "triton"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    try:
+        import deep_gemm
+
+        versions.setdefault("deep_gemm", getattr(deep_gemm, "__version__", "unknown"))
+    except Exception:
+        pass
+    return versions
+
+
+def run(device, cases: list[Case] | None = None, backend: str | None = None, progress=print, earlier: dict | None = None,
+        checkpoint=None, seed: int = DEFAULT_SEED, timer=None, quick: bool = False, models=MODELS) -> dict:  # fmt: skip
+    """Time every path on ``cases`` (default: ``all_cases(quick)``); ``earlier``: a cut-short report of the same GPU
+    and software whose cases are kept; ``checkpoint(report)`` after every case; ``timer(calls) -> seconds per call``
+    (default: one CUDA graph of the calls, median of replays)."""
+    from .layer_bench import time_graph
+
+    device = torch.device(device)
+    if timer is None and device.type != "cuda":
+        raise ValueError(f"timing needs a GPU, got device {device}")
+    by_name = {m.name: m for m in models}
+    cases = cases or all_cases(quick, models)
+    chosen = registry.select(device, backend).backend
+    layouts = {"contiguous": uses_grouped_kernel(chosen, GROUPED_CONTIGUOUS),
+               "masked": uses_grouped_kernel(chosen, GROUPED_MASKED)}  # fmt: skip
+    missing = missing_paths(device)
+    env = environment(device, backend, seed)
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
+    env.update(method=f"CUDA graph of >= {MIN_CALLS} calls (T <= {CALLS_TOKENS}) cycling through weight copies; "
+               "median of replays; TFLOP/s = 2*T*k*3*H*I / time", peers=_peer_versions(), l2_bytes=l2,
+               ours_runs={k: "kernel" if v else "reference" for k, v in layouts.items()}, missing=missing,
+               notes=dict(NOTES), quick=quick)  # fmt: skip
+    labels = [c.label for c in cases]
+    rows = _earlier_rows(earlier, env, labels)
+    env["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
+    report = {"environment": env, "paths": list(PATH_ORDER), "models": {}, "partial": True, "rows": rows}
+    report["models"].update((earlier or {}).get("models", {}))
+    for name in dict.fromkeys(c.model for c in cases):
+        todo = [c for c in cases if c.model == name and c.label not in {r["label"] for r in rows}]
+        if not todo:
+            continue
+        model = by_name[name]
+        fewest = min(distinct_experts(routing(model, c.tokens, c.routing, seed)[0]) for c in todo)
+        copies = plan_copies(model, fewest, l2)
+        report["models"][name] = {**asdict(model), "weights": copies}
+        weights = None
+        try:
+            weights = make_weights(model, copies["copies"], device, backend, seed)
+            for case in todo:
+                rows.append(time_case(model, case, weights, device, backend, seed, timer or time_graph, missing))
+                progress(_row_text(rows[-1]))
+                report["summary"] = summarize(rows)
+                if checkpoint:
+                    checkpoint(report)
+        except Exception as exc:  # weights that do not fit: the model's cases are reported, the others still run
+            report["models"][name]["error"] = _error_text(exc)
+            progress(f"{name}: {_error_text(exc)}")
+        finally:
+            weights = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    rows.sort(key=lambda r: labels.index(r["label"]) if r["label"] in labels else len(labels))
+    report["summary"] = summarize(rows)
+    del report["partial"]
+    return report
+
+
+def _row_text(row: dict) -> str:
+    cells = [f"{name}={us:.1f}us" for name, us in row["us"].items()]
+    wrong = [f"{name}: {why}" for name, why in row["errors"].items() if not why.startswith("missing")]
+    return f"{row['label']}: " + " ".join(cells) + ("  errors: " + "; ".join(wrong) if wrong else "")
+
+
+def plot(report: dict, path: Path) -> None:
+    """TFLOP/s of every path on every case, log scale (decode and prefill differ 1000x)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    names = [p for p in report["paths"] if any(p in r["tflops"] for r in rows)]
+    fig, ax = plt.subplots(figsize=(max(10, len(rows) * 0.5), 6))
+    width = 0.8 / max(len(names), 1)
+    for i, name in enumerate(names):
+        ys = [r["tflops"].get(name, 0.0) for r in rows]
+        ax.bar([j + i * width for j in range(len(rows))], ys, width, label=name)
+    ax.set_yscale("log")
+    ax.set_xticks([j + 0.4 for j in range(len(rows))], [r["label"] for r in rows], rotation=80, fontsize=6)
+    ax.set_ylabel("TFLOP/s of the experts layer (log)")
+    env = report["environment"]
+    ax.set_title(f"MoE experts layer, weights from HBM: {env['device']}, driver {env.get('driver')}, "
+                 f"torch {env['torch']}, {env['date'][:10]}", fontsize=8)  # fmt: skip
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+__all__ = ["MODELS", "TOKENS", "Case", "MoeModel", "all_cases", "run", "summarize", "plot", "DG_PIPELINE",
+           "DG_PIPELINE_EXACT", "BF16_LOOP", "BF16_GROUPED"]  # fmt: skip
