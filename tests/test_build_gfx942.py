@@ -78,10 +78,12 @@ def _report_field(text: str, key: str) -> int:
 
 def test_resource_usage_no_spills_lds_fits(gfx942_dir):
     isa = gfx942_dir / "fp8gemm_rocm_gfx942" / "isa"
-    report = "".join((isa / f"{unit}-resource-usage.txt").read_text() for unit in ("kernels", "grouped", "quantize"))
+    units = ("kernels", "grouped", "quantize", "moe")
+    report = "".join((isa / f"{unit}-resource-usage.txt").read_text() for unit in units)
     kernels = re.split(r"remark: Function Name: ", report)[1:]
-    # two tile configs + split-K reduction; grouped in two tile configs; quantization from bf16, fp16, fp32
-    assert len(kernels) == 3 + 2 + 3
+    # two tile configs + split-K reduction; grouped in two tile configs; quantization from bf16, fp16, fp32; the
+    # mixture-of-experts steps (count, route, activation, combine)
+    assert len(kernels) == 3 + 2 + 3 + 4
     for text in kernels:
         name = text.split()[0]
         field = functools.partial(_report_field, text)
@@ -162,7 +164,7 @@ def test_kernels_also_compile_against_the_hip_runtime_headers(tmp_path):
     Debian's HIP 5.2 headers; ROCm 6.3's own hipcc is not available on these machines."""
     clang = require_tool("clang++-19")
     pkg = ROOT / "packages" / "fp8gemm-rocm-gfx942"
-    for unit in ("kernels", "grouped"):
+    for unit in ("kernels", "grouped", "moe"):
         cmd = [clang, "-x", "hip", "-std=c++17", "-O3", "--offload-arch=gfx942:sramecc+:xnack-", "-nogpulib",
                "-DFP8GEMM_HIP_HEADERS", "-D__HIP_PLATFORM_AMD__", f"-I{pkg / 'csrc'}", f"-I{fp8gemm.get_include()}",
                "-c", str(pkg / "csrc" / f"{unit}.hip"), "-o", str(tmp_path / f"{unit}.o")]  # fmt: skip

@@ -15,6 +15,7 @@ from fp8gemm.protocol import (
     LAUNCH_ARGS,
     LINEAR_ARGS,
     MIRRORS,
+    MOE_ARGS,
     PROTOCOL_VERSION,
     QUANTIZE_ARGS,
     ScaleLayout,
@@ -30,6 +31,7 @@ def test_mirrors_have_the_sizes_the_header_asserts():
         QUANTIZE_ARGS: "QuantizeArgs",
         LINEAR_ARGS: "LinearArgs",
         GROUPED_ARGS: "GroupedArgs",
+        MOE_ARGS: "MoeArgs",
     }
     assert {names[m]: str(m.size) for m in MIRRORS} == asserted
     assert f"kProtocolVersion = {PROTOCOL_VERSION};" in HEADER

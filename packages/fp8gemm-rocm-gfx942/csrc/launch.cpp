@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "fp8gemm/moe_launch.hpp"
 #include "launch.hpp"
 
 namespace fp8gemm_gfx942 {
@@ -68,6 +69,20 @@ void grouped_launch(const fp8gemm::GroupedArgs& args) {
 void quantize(const fp8gemm::QuantizeArgs& args) {
   check(enqueue_quantize(fp8gemm::quantize_params(args), args.in_kind, reinterpret_cast<void*>(args.stream)),
         "quantize kernel launch");
+}
+
+int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts) {
+  return fp8gemm::moe_workspace_bytes(tokens, top_k, experts);
+}
+
+void moe_step(const fp8gemm::MoeArgs& args) {
+  const fp8gemm::MoeGrid g = fp8gemm::moe_grid(args, "fp8gemm-rocm-gfx942");
+  if (g.x == 0 || g.y == 0) return;  // no tokens or rows: nothing to write
+  if (g.x > INT_MAX || g.y > INT_MAX) throw std::invalid_argument("fp8gemm-rocm-gfx942: moe_step: too many rows for one launch");
+  if (args.step == fp8gemm::kMoeRoute && g.count_blocks && !args.workspace)
+    throw std::invalid_argument("fp8gemm-rocm-gfx942: moe_step: the route step needs its workspace");
+  check(enqueue_moe(fp8gemm::moe_params(args), args.step, g.count_blocks, g.x, g.y, reinterpret_cast<void*>(args.stream)),
+        "moe step kernel launch");
 }
 
 }  // namespace fp8gemm_gfx942

@@ -6,6 +6,7 @@
 #include "fp8gemm/arch_entry.hpp"  // launch, workspace_bytes, quantize
 #include "fp8gemm/gemm_params.hpp"
 #include "fp8gemm/grouped_params.hpp"
+#include "fp8gemm/moe_steps.cuh"
 #include "fp8gemm/quantize_rows.cuh"
 #include "heuristics.hpp"
 
@@ -28,5 +29,7 @@ int enqueue_reduce(const Params& p, int splits, int blocks, void* stream);
 int enqueue_grouped(const GroupedParams& p, const GroupedGeometry& g, void* stream);
 // Defined in quantize.hip: enqueue one activation quantization (in_kind: fp8gemm::InKind).
 int enqueue_quantize(const fp8gemm::QuantizeParams& p, int in_kind, void* stream);
+// Defined in moe.hip: enqueue one mixture-of-experts step (fp8gemm::MoeStep) on the grid fp8gemm::moe_grid gives.
+int enqueue_moe(const fp8gemm::MoeParams& p, int step, int64_t count_blocks, int64_t x, int64_t y, void* stream);
 
 }  // namespace fp8gemm_gfx942

@@ -1,8 +1,8 @@
 """The gfx942 (MI300X) kernels executed on the CPU, for tests without an MI300X.
 
-``build()`` compiles the package's kernel sources (``csrc/kernels.hip``, ``csrc/grouped.hip``, ``csrc/quantize.hip`` and
-the host launcher ``csrc/launch.cpp``, unchanged) with clang++ for the host against this folder's emulated HIP
-headers and runtime: each workgroup's work-items run as fibers in 64-lane wavefronts, LDS is
+``build()`` compiles the package's kernel sources (``csrc/kernels.hip``, ``csrc/grouped.hip``, ``csrc/quantize.hip``,
+``csrc/moe.hip`` and the host launcher ``csrc/launch.cpp``, unchanged) with clang++ for the host against this folder's
+emulated HIP headers and runtime: each workgroup's work-items run as fibers in 64-lane wavefronts, LDS is
 per-workgroup memory, barriers and MFMA are rendezvous points, and MFMA follows AMD's documented
 register layout (src/mfma.cpp). ``Emulator.backend()`` wraps the result in the package's own
 :class:`fp8gemm.protocol.Backend` descriptor, so ``fp8gemm.gemm``, ``fp8gemm.quantize_activation`` and the grouped
@@ -45,7 +45,7 @@ def build(build_dir: Path, csrc: Path | None = None, compiler: str | None = None
     if not compiler:
         raise RuntimeError(f"no clang++ found to build the gfx942 emulator; install clang-19 or set {COMPILER_ENV}")
     csrc = Path(csrc or kernel_sources())
-    sources = ("kernels.hip", "grouped.hip", "quantize.hip", "launch.cpp")
+    sources = ("kernels.hip", "grouped.hip", "quantize.hip", "moe.hip", "launch.cpp")
     missing = [name for name in sources if not (csrc / name).is_file()]
     if missing:
         raise ValueError(f"csrc={csrc} has no {', '.join(missing)}; point it at a copy of the package's csrc/")
@@ -88,11 +88,15 @@ class Emulator:
         self.kernels.fp8gemm_gfx942_emu_grouped_launch.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_grouped_workspace_bytes.argtypes = [ctypes.c_int] + [ctypes.c_int64] * 4
         self.kernels.fp8gemm_gfx942_emu_grouped_workspace_bytes.restype = ctypes.c_int64
+        self.kernels.fp8gemm_gfx942_emu_moe_step.argtypes = [ctypes.c_size_t]
+        self.kernels.fp8gemm_gfx942_emu_moe_workspace_bytes.argtypes = [ctypes.c_int64] * 3
+        self.kernels.fp8gemm_gfx942_emu_moe_workspace_bytes.restype = ctypes.c_int64
         self.selftest.gfx942_emu_selftest_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
         self.selftest.gfx942_emu_selftest_launch.argtypes += [ctypes.c_void_p] * 2
         self.launches = 0  # GEMM launches so far: tests check the kernels (not a fallback) ran
         self.quantize_launches = 0
         self.grouped_launches = 0
+        self.moe_steps = 0
         self.use_cu_count(304)
 
     def _error(self) -> str:
@@ -114,6 +118,7 @@ class Emulator:
             "launch": self.kernels.fp8gemm_gfx942_emu_args_size(0),
             "quantize": self.kernels.fp8gemm_gfx942_emu_args_size(1),
             "grouped_launch": self.kernels.fp8gemm_gfx942_emu_args_size(2),
+            "moe_step": self.kernels.fp8gemm_gfx942_emu_args_size(3),
         }
 
     def launch(self, args: int) -> None:
@@ -143,6 +148,35 @@ class Emulator:
         self.grouped_launches += 1
         if self.kernels.fp8gemm_gfx942_emu_grouped_launch(args):
             raise EmulationError(self._error())
+
+    def moe_step(self, args: int) -> None:
+        """``fp8gemm.protocol.MoeStepFn`` on the emulator; returns when its kernels have finished. Its outputs are
+        poisoned first, as ``quantize``'s: FP8 codes 0x80 (NaN), scales and float outputs NaN, offs and positions
+        0x7fffffff, so an element the kernels never write cannot match by luck."""
+        from fp8gemm.protocol import MOE_ACTIVATION, MOE_ARGS, MOE_COMBINE, MOE_ROUTE
+
+        f = MOE_ARGS.unpack(args) if args else {}
+        step, tokens, top_k, experts = (f.get(name, -1) for name in ("step", "tokens", "top_k", "experts"))
+        hidden, inter, rows = (f.get(name, 0) for name in ("hidden", "inter", "rows"))
+        if step in (MOE_ROUTE, MOE_ACTIVATION) and min(tokens, top_k, experts) >= 1 and f["q"] and f["scale"]:
+            rows, cols = (tokens * top_k, hidden) if step == MOE_ROUTE else (rows, inter)
+            if rows > 0 and cols > 0:
+                ctypes.memset(f["q"], 0x80, rows * cols)
+                ctypes.memset(f["scale"], 0xFF, 4 * ((cols // 128 - 1) * f["scale_ld"] + rows))
+            if step == MOE_ROUTE and f["offs"] and f["position"]:
+                ctypes.memset(f["offs"], 0x7F, 4 * experts)
+                ctypes.memset(f["position"], 0x7F, 4 * tokens * top_k)
+        if step == MOE_COMBINE and tokens > 0 and hidden > 0 and f["out"]:
+            ctypes.memset(f["out"], 0xFF, ((tokens - 1) * f["ldo"] + hidden) * (4 if f["in_kind"] == 2 else 2))
+        self.moe_steps += 1
+        if self.kernels.fp8gemm_gfx942_emu_moe_step(args):
+            raise EmulationError(self._error())
+
+    def moe_workspace_bytes(self, tokens: int, top_k: int, experts: int) -> int:
+        size = self.kernels.fp8gemm_gfx942_emu_moe_workspace_bytes(tokens, top_k, experts)
+        if size < 0:
+            raise EmulationError(self._error())
+        return size
 
     def grouped_workspace_bytes(self, layout: int, m: int, n: int, k: int, groups: int) -> int:
         size = self.kernels.fp8gemm_gfx942_emu_grouped_workspace_bytes(layout, m, n, k, groups)
@@ -200,12 +234,15 @@ def _emulated_extension(emulator: Emulator) -> types.ModuleType:
     module.quantize = emulator.quantize
     module.grouped_launch = emulator.grouped_launch
     module.grouped_workspace_bytes = emulator.grouped_workspace_bytes
+    module.moe_step = emulator.moe_step
+    module.moe_workspace_bytes = emulator.moe_workspace_bytes
     module.build_info = lambda: {
         "compiler": find_compiler() or "",
         "targets": "gfx942",  # what the kernels are written for; build_info's "emulated" says where they run
         "kernel": f"{kernel_sources() / 'kernels.hip'}",
         "quantize_kernel": f"{kernel_sources() / 'quantize.hip'}",
         "grouped_kernel": f"{kernel_sources() / 'grouped.hip'}",
+        "moe_kernels": f"{kernel_sources() / 'moe.hip'}",
     }
     return module
 

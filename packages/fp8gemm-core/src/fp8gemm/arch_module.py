@@ -37,9 +37,10 @@ def backend_from_module(
     priority: int = 0,
     grouped_layouts: tuple[int, ...] = (),
 ) -> Backend:
-    """The Backend of `module`, an arch package's `_C`: its launch, workspace_bytes and optional quantize, linear and
-    grouped entries (``grouped_layouts``: the layouts its grouped kernel takes), its build_info, and the platform and
-    targets that build_info states (the targets a build was compiled for). A binary of another protocol is refused."""
+    """The Backend of `module`, an arch package's `_C`: its launch, workspace_bytes and optional quantize, linear,
+    grouped (``grouped_layouts``: the layouts its grouped kernel takes) and moe_step entries, its build_info, and the
+    platform and targets that build_info states (the targets a build was compiled for). A binary of another protocol
+    is refused."""
     check_protocol(module, package)
     info = dict(module.build_info())
     targets = tuple(t for t in info.get("targets", "").split(",") if t)
@@ -63,5 +64,7 @@ def backend_from_module(
         grouped_launch=getattr(module, "grouped_launch", None),
         grouped_layouts=grouped_layouts if hasattr(module, "grouped_launch") else (),
         grouped_workspace_bytes=getattr(module, "grouped_workspace_bytes", None),
+        moe_step=getattr(module, "moe_step", None),
+        moe_workspace_bytes=getattr(module, "moe_workspace_bytes", None),
         priority=priority,
     )

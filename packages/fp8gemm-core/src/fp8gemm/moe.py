@@ -12,10 +12,10 @@ from typing import NamedTuple
 
 import torch
 
-from . import registry, runtime
+from . import moe_steps, registry, runtime
 from .grouped import run_grouped
 from .grouped_checks import check_dims, check_rows, check_scale_shape, has_storage
-from .protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED
+from .protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, MOE_MAX_EXPERTS, MOE_MAX_TOP_K
 from .quantize import quantize_rows
 from .reference import BLOCK, REFERENCE
 from .runtime import IN_KINDS, LIBRARY
@@ -70,6 +70,12 @@ def check_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale,
         raise ValueError(f"w13 is [E, 2I, H] = {tuple(w13.shape)} but x has H = {hidden}: H differs")
     if experts == 0:
         raise ValueError("w13 holds no expert (w13.shape[0] = E = 0); pass at least one expert's weights")
+    if experts > MOE_MAX_EXPERTS:
+        raise ValueError(
+            f"w13 holds E = {experts} experts (w13.shape[0]); fused_experts takes at most {MOE_MAX_EXPERTS} "
+            f"(fp8gemm.protocol.MOE_MAX_EXPERTS: one route block scans every expert's count); split the experts over "
+            f"several calls, passing -1 for the ids of experts held elsewhere"
+        )
     inter = two_i // 2
     if two_i % 2 or inter == 0 or inter % BLOCK:
         raise ValueError(
@@ -92,9 +98,9 @@ def check_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale,
     if topk_ids.dtype not in ID_DTYPES:
         raise TypeError(f"topk_ids must be torch.int32 or torch.int64 (expert ids, as torch.topk gives), got "
                         f"{topk_ids.dtype}; pass topk_ids.to(torch.int32)")  # fmt: skip
-    if topk_ids.shape[0] != tokens or topk_ids.shape[1] == 0:
-        raise ValueError(f"topk_ids must be [T, k] with T = {tokens} (x.shape[0]) and k >= 1, got "
-                         f"{tuple(topk_ids.shape)}")  # fmt: skip
+    if topk_ids.shape[0] != tokens or not 0 < topk_ids.shape[1] <= MOE_MAX_TOP_K:
+        raise ValueError(f"topk_ids must be [T, k] with T = {tokens} (x.shape[0]) and 1 <= k <= {MOE_MAX_TOP_K} "
+                         f"(a route block holds whole tokens), got {tuple(topk_ids.shape)}")  # fmt: skip
     check_dims("topk_weights", topk_weights, 2, "[T, k] (each token's routing weights)")
     if topk_weights.dtype not in WEIGHT_DTYPES:
         raise TypeError(f"topk_weights must be a float32/bfloat16/float16 tensor [T, k], got {topk_weights.dtype}")
@@ -237,7 +243,8 @@ def _masked(shape: MoeShape, xq, xs, topk_ids, weights, w13, w13_scale, w2, w2_s
 
 def run_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation: str, pow2: bool,
                       layout: str | None, backend_name: str | None) -> torch.Tensor:  # fmt: skip
-    """Check, pick the backend and layout, run the pipeline on x's device (docs/moe.md, "Steps")."""
+    """Check, pick the backend and layout, run the pipeline on x's device (docs/moe.md, "Steps"): the backend's step
+    kernels for the contiguous layout where it has them (moe_steps.py), else the torch steps below."""
     shape = check_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, layout)
     backend_name = runtime.requested_backend(backend_name)
     backend = registry.select(x.device, backend_name).backend
@@ -247,8 +254,12 @@ def run_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, a
     if shape.tokens == 0:
         return x.new_empty((0, shape.hidden))
     layout = layout or choose_layout(shape.tokens, kernel_layouts(backend))
-    xq, xs = quantize_rows(x, w13.dtype, pow2, backend_name)  # once per token: rows are gathered in FP8
     y_dtype = torch.bfloat16 if x.dtype is torch.bfloat16 else torch.float32
+    steps = moe_steps.step_backend(backend) if layout == "contiguous" else None
+    if steps is not None:  # the backend's step kernels: five launches
+        return moe_steps.fused_contiguous(shape, steps, backend_name, x, topk_ids, topk_weights, w13, w13_scale, w2,
+                                          w2_scale, pow2, y_dtype)  # fmt: skip
+    xq, xs = quantize_rows(x, w13.dtype, pow2, backend_name)  # once per token: rows are gathered in FP8
     run = _masked if layout == "masked" else _contiguous
     y, rows, weights = run(shape, xq, xs, topk_ids, topk_weights.float(), w13, w13_scale, w2, w2_scale, pow2,
                            backend_name, y_dtype)  # fmt: skip

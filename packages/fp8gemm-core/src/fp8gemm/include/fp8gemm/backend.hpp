@@ -62,6 +62,25 @@ struct GroupedArgs {
   uintptr_t stream;
 };
 
+// One step of fused_experts' contiguous pipeline (fp8gemm/moe_steps.cuh, docs/moe.md "Steps"), on `stream`:
+//   kMoeRoute: ids [tokens, top_k] (id_kind 0 int32, 1 int64) -> offs int32 [experts] (cumulative row ends), position
+//     int32 [tokens, top_k] (each slot's row in expert order, stable; -1 for an id outside [0, experts)), and x
+//     [tokens, hidden] (row stride ldx, in_kind) quantized once per token into each of its rows of q (FP8 [tokens *
+//     top_k, hidden]) and scale (MN-major, scale_ld); workspace: moe_workspace_bytes(tokens, top_k, experts) bytes.
+//   kMoeActivation: h fp32 [rows, 2 inter] (row stride ldh; gate then up) -> silu(gate) * up quantized into q (FP8
+//     [rows, inter]) and scale (MN-major, scale_ld); rows >= offs[experts - 1] (read on the device) are skipped.
+//   kMoeCombine: out [tokens, hidden] (in_kind, row stride ldo) = sum over j of weights[t, j] (weight_kind, an
+//     InKind) * y[position[t, j]] (y_kind an OutKind, row stride ldy, rows rows), in fp32, j in order, -1 skipped.
+// The core guarantees 1 <= experts <= 1024, 1 <= top_k <= 1024, hidden and inter multiples of 128, tokens * top_k <
+// 2^31, 16-byte aligned pointers and row strides.
+enum MoeStep : int { kMoeRoute = 0, kMoeActivation = 1, kMoeCombine = 2 };
+struct MoeArgs {
+  uintptr_t ids, weights, x, q, scale, offs, position, h, y, out, workspace;
+  int64_t tokens, top_k, experts, hidden, inter, rows, ldx, ldh, ldy, ldo, scale_ld;
+  int step, id_kind, in_kind, weight_kind, y_kind, pow2;
+  uintptr_t stream;
+};
+
 // What crosses from Python: the header, then the arguments (fp8gemm/protocol.py mirrors each struct).
 template <class Args>
 struct Wire {
@@ -76,5 +95,6 @@ static_assert(sizeof(Wire<LaunchArgs>) == 136 && offsetof(LaunchArgs, stream) ==
 static_assert(sizeof(Wire<QuantizeArgs>) == 80 && offsetof(QuantizeArgs, stream) == 64, "mirror: QUANTIZE_ARGS");
 static_assert(sizeof(Wire<LinearArgs>) == 128 && offsetof(LinearArgs, stream) == 112, "mirror: LINEAR_ARGS");
 static_assert(sizeof(Wire<GroupedArgs>) == 200 && offsetof(GroupedArgs, stream) == 184, "mirror: GROUPED_ARGS");
+static_assert(sizeof(Wire<MoeArgs>) == 216 && offsetof(MoeArgs, stream) == 200, "mirror: MOE_ARGS");
 
 }  // namespace fp8gemm

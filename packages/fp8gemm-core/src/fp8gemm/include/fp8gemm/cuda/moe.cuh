@@ -1,0 +1,69 @@
+// The CUDA side of the mixture-of-experts steps (fp8gemm/moe_steps.cuh), shared by every CUDA arch package: an
+// arch's moe.cu includes this and forwards its entries to launch_moe_step and moe_workspace_bytes.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "fp8gemm/cuda/e4m3_arch.cuh"
+#include "fp8gemm/moe_launch.hpp"
+#include "fp8gemm/moe_steps.cuh"
+
+namespace fp8gemm::cuda {
+
+struct MoeArch : E4m3Arch {
+  static __device__ __forceinline__ void barrier() { __syncthreads(); }
+  static __device__ __forceinline__ float exp(float v) { return expf(v); }  // torch's silu on CUDA uses expf
+};
+
+__global__ void __launch_bounds__(kMoeThreads) moe_count_kernel(MoeParams p) {
+  __shared__ MoeRouteShared s;
+  moe_count_chunk<MoeArch>(p, blockIdx.x, threadIdx.x, s);
+}
+
+__global__ void __launch_bounds__(kMoeThreads) moe_route_kernel(MoeParams p) {
+  asm volatile("griddepcontrol.launch_dependents;");  // the gate/up GEMM launched next may start its prologue
+  __shared__ MoeRouteShared s;
+  moe_route_chunk<MoeArch>(p, blockIdx.x, threadIdx.x, s);
+}
+
+// blockIdx.x: the K block of I; blockIdx.y: kMoeGroups rows (grid-strided past 65535 of them).
+__global__ void __launch_bounds__(kMoeThreads) moe_activation_kernel(MoeParams p) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int64_t rows = moe_active_rows(p);
+  for (int64_t row = static_cast<int64_t>(blockIdx.y) * kMoeGroups + threadIdx.x / kQuantLanes; row < rows;
+       row += static_cast<int64_t>(gridDim.y) * kMoeGroups)
+    moe_activation_group<MoeArch>(p, row, blockIdx.x, threadIdx.x % kQuantLanes);  // 16-lane groups stay whole
+}
+
+// blockIdx.x: a token and kMoeThreads * 8 of its columns.
+__global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(MoeParams p) {
+  const int64_t per_token = (p.hidden / 8 + kMoeThreads - 1) / kMoeThreads;
+  const int64_t token = blockIdx.x / per_token, col = ((blockIdx.x % per_token) * kMoeThreads + threadIdx.x) * 8;
+  if (col < p.hidden) moe_combine_item<MoeArch>(p, token, col);
+}
+
+inline void launch_moe_step(const MoeArgs& args, const char* package) {
+  const MoeGrid g = moe_grid(args, package);
+  if (g.x == 0 || g.y == 0) return;  // no tokens or rows: nothing to write
+  if (g.x > 0x7fffffff) throw std::invalid_argument(std::string(package) + ": moe_step: too many tokens for one launch");
+  if (args.step == kMoeRoute && g.count_blocks && !args.workspace)
+    throw std::invalid_argument(std::string(package) + ": moe_step: the route step needs its workspace");
+  const MoeParams p = moe_params(args);
+  const auto stream = reinterpret_cast<cudaStream_t>(args.stream);
+  const dim3 block(kMoeThreads);
+  const unsigned x = static_cast<unsigned>(g.x), y = static_cast<unsigned>(g.y < 65535 ? g.y : 65535);
+  switch (args.step) {
+    case kMoeRoute:
+      if (g.count_blocks) moe_count_kernel<<<static_cast<unsigned>(g.count_blocks), block, 0, stream>>>(p);
+      moe_route_kernel<<<x, block, 0, stream>>>(p);
+      break;
+    case kMoeActivation: moe_activation_kernel<<<dim3(x, y), block, 0, stream>>>(p); break;
+    default: moe_combine_kernel<<<x, block, 0, stream>>>(p); break;
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw std::runtime_error(std::string(package) + ": moe step kernel launch: " + cudaGetErrorString(err));
+}
+
+}  // namespace fp8gemm::cuda

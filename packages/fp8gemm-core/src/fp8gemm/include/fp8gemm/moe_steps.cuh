@@ -1,0 +1,343 @@
+// The mixture-of-experts step kernels every arch shares (docs/moe.md, "Steps"): the glue around the two grouped
+// GEMMs of fp8gemm.fused_experts' contiguous pipeline, as portable C++ for CUDA, HIP and the host.
+//
+//   route + quantize-scatter (kMoeRoute): topk_ids [T, k] -> offs int32 [E] (cumulative row ends), position int32
+//     [T, k] (each slot's row in expert order, stable: within an expert in flat slot order t * k + j; -1 for an id
+//     outside [0, E)), and each token's x row quantized once into its k rows (codes and scales of quantize_rows.cuh).
+//     Slots are taken in chunks of whole tokens; with more than one chunk a count launch first writes each chunk's
+//     per-expert counts to the workspace (no atomics: the same rows on every run).
+//   SiLU-and-mul + quantize (kMoeActivation): h fp32 [rows, 2I] -> silu(gate) * up quantized, rows >= offs[E-1] skipped.
+//   combine (kMoeCombine): out[t] = sum_j w[t, j] * y[position[t, j]] in fp32, j in order, -1 skipped.
+//
+// The arch's `Arch` struct is quantize_rows.cuh's (kFp8Max, group_max, load8, store8) plus
+//   static FP8GEMM_QFN void barrier();      // every thread of the block, shared memory visible after it
+//   static FP8GEMM_QFN float exp(float v);  // the expf torch's silu uses on that platform
+// and a block is kMoeThreads threads (16-lane groups as in quantize_rows.cuh).
+#pragma once
+#include <stdint.h>
+
+#include "fp8gemm/backend.hpp"
+#include "fp8gemm/quantize_rows.cuh"
+
+#if defined(__CUDACC__) || defined(__HIP__)
+#define FP8GEMM_MOE_HDFN __host__ __device__ inline  // sizes both the launcher and the kernels compute
+#else
+#define FP8GEMM_MOE_HDFN inline
+#endif
+
+namespace fp8gemm {
+
+constexpr int kMoeThreads = 256;                      // threads per block of every step
+constexpr int kMoeMaxExperts = 4 * kMoeThreads;       // E: each thread scans 4 experts' counts
+constexpr int kMoeChunkSlots = 1024;                  // slots of one route block (whole tokens: k <= 1024)
+constexpr int kMoeGroups = kMoeThreads / kQuantLanes;  // 16-lane groups per block
+
+struct MoeParams {
+  const uint8_t* ids;      // int32 or int64 [tokens, top_k]
+  const uint8_t* weights;  // bf16/fp16/fp32 [tokens, top_k]
+  const uint8_t* x;        // rows ldx_bytes apart
+  uint8_t* q;              // FP8 [rows, hidden] (route) or [rows, inter] (activation), contiguous
+  float* scale;            // MN-major: scale[kb * scale_ld + row]
+  int32_t* offs;           // [experts]
+  int32_t* position;       // [tokens, top_k]
+  const uint8_t* h;        // fp32 [rows, 2 inter], rows ldh_bytes apart
+  const uint8_t* y;        // bf16/fp32 [rows, hidden], rows ldy_bytes apart
+  uint8_t* out;            // [tokens, hidden] in_kind, rows ldo_bytes apart
+  int32_t* hist;           // workspace: int32 [chunks, experts]
+  int64_t tokens, top_k, experts, hidden, inter, rows;
+  int64_t ldx_bytes, ldh_bytes, ldy_bytes, ldo_bytes, scale_ld;
+  int64_t chunk_tokens, chunks;  // route: tokens per block, blocks
+  int id_kind, in_kind, weight_kind, y_kind, pow2;
+};
+
+FP8GEMM_MOE_HDFN int64_t moe_in_bytes(int kind) { return kind == kInFP32 ? 4 : 2; }
+
+// Route blocks: whole tokens of at most kMoeChunkSlots slots each.
+FP8GEMM_MOE_HDFN int64_t moe_chunk_tokens(int64_t top_k) { return top_k >= kMoeChunkSlots ? 1 : kMoeChunkSlots / top_k; }
+
+FP8GEMM_MOE_HDFN int64_t moe_chunks(int64_t tokens, int64_t top_k) {
+  const int64_t per = moe_chunk_tokens(top_k);
+  return (tokens + per - 1) / per;
+}
+
+// The workspace the route step needs: per-chunk counts, none for a single chunk (decode).
+FP8GEMM_MOE_HDFN int64_t moe_route_workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts) {
+  const int64_t chunks = moe_chunks(tokens, top_k);
+  return chunks > 1 ? chunks * experts * 4 : 0;
+}
+
+// The kernels' view of one MoeArgs (host side).
+inline MoeParams moe_params(const MoeArgs& a) {
+  MoeParams p{};
+  p.ids = reinterpret_cast<const uint8_t*>(a.ids);
+  p.weights = reinterpret_cast<const uint8_t*>(a.weights);
+  p.x = reinterpret_cast<const uint8_t*>(a.x);
+  p.q = reinterpret_cast<uint8_t*>(a.q);
+  p.scale = reinterpret_cast<float*>(a.scale);
+  p.offs = reinterpret_cast<int32_t*>(a.offs);
+  p.position = reinterpret_cast<int32_t*>(a.position);
+  p.h = reinterpret_cast<const uint8_t*>(a.h);
+  p.y = reinterpret_cast<const uint8_t*>(a.y);
+  p.out = reinterpret_cast<uint8_t*>(a.out);
+  p.hist = reinterpret_cast<int32_t*>(a.workspace);
+  p.tokens = a.tokens, p.top_k = a.top_k, p.experts = a.experts, p.hidden = a.hidden, p.inter = a.inter;
+  p.rows = a.rows;
+  p.ldx_bytes = a.ldx * moe_in_bytes(a.in_kind);
+  p.ldh_bytes = a.ldh * 4;
+  p.ldy_bytes = a.ldy * (a.y_kind == kOutFP32 ? 4 : 2);
+  p.ldo_bytes = a.ldo * moe_in_bytes(a.in_kind);
+  p.scale_ld = a.scale_ld;
+  p.chunk_tokens = moe_chunk_tokens(a.top_k > 0 ? a.top_k : 1);
+  p.chunks = a.top_k > 0 ? moe_chunks(a.tokens, a.top_k) : 0;
+  p.id_kind = a.id_kind, p.in_kind = a.in_kind, p.weight_kind = a.weight_kind, p.y_kind = a.y_kind;
+  p.pow2 = a.pow2;
+  return p;
+}
+
+// --- small conversions, integer arithmetic (the same bits on every target) ------------------------------------
+
+FP8GEMM_QFN float half_float(uint32_t h) {  // IEEE binary16 bits -> float, exact
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0x1fu) return bits_float(sign | 0x7f800000u | (mant << 13));
+  if (exp) return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  const float sub = static_cast<float>(mant) * 5.9604644775390625e-8f;  // mant * 2^-24, exact
+  return sign ? -sub : sub;
+}
+
+FP8GEMM_QFN uint16_t float_bf16(float f) {  // round to nearest even; NaN stays NaN, as torch's .to(bfloat16)
+  const uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+FP8GEMM_QFN uint16_t float_half(float f) {  // round to nearest even, overflow to infinity, as torch's .to(float16)
+  const uint32_t u = float_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // c10::Half's NaN
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
+  if (a >= 0x38800000u) {  // normal: keep 10 of 23 mantissa bits, ties to even
+    const uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    return static_cast<uint16_t>(sign | (r - (112u << 10)));
+  }
+  if (a < 0x33000000u) return static_cast<uint16_t>(sign);  // at most half the smallest subnormal
+  const uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+  const int shift = 126 - static_cast<int>(a >> 23);  // to a multiple of 2^-24
+  uint32_t q = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1);
+  q += (rem > half || (rem == half && (q & 1u))) ? 1u : 0u;
+  return static_cast<uint16_t>(sign | q);
+}
+
+FP8GEMM_QFN float load_float(const uint8_t* base, int64_t i, int kind) {  // one bf16/fp16/fp32 element
+  if (kind == kInFP32) return reinterpret_cast<const float*>(base)[i];
+  const uint32_t bits = reinterpret_cast<const uint16_t*>(base)[i];
+  return kind == kInBF16 ? bits_float(bits << 16) : half_float(bits);
+}
+
+template <class Arch>
+FP8GEMM_QFN void load8_kind(const uint8_t* p, int kind, float (&v)[8]) {
+  if (kind == kInFP32) {
+    Arch::template load8<kInFP32>(p, v);
+  } else if (kind == kInFP16) {
+    Arch::template load8<kInFP16>(p, v);
+  } else {
+    Arch::template load8<kInBF16>(p, v);
+  }
+}
+
+// The scale of a 128-block from one lane's 8 values, as quantize_group computes it (all 16 lanes of the group call it).
+template <class Arch>
+FP8GEMM_QFN float block_scale_of(const float (&v)[8], bool pow2) {
+  float amax = 0.f;
+  for (int i = 0; i < kQuantElems; ++i) amax = nan_max(amax, v[i] < 0.f ? -v[i] : v[i]);
+  return block_scale(Arch::group_max(amax), Arch::kFp8Max, pow2);
+}
+
+// --- route + quantize-scatter -----------------------------------------------------------------------------------
+
+struct MoeRouteShared {
+  int32_t ids[kMoeChunkSlots];  // the chunk's expert ids, experts for one outside [0, E)
+  int32_t pos[kMoeChunkSlots];  // the chunk's sorted rows
+  int32_t count[kMoeMaxExperts];  // this chunk's slots per expert, then all chunks' (route)
+  int32_t start[kMoeMaxExperts];  // where each expert's rows start, then this chunk's first row of it
+  int32_t scan[2][kMoeThreads];
+};
+
+FP8GEMM_QFN int32_t moe_expert(const MoeParams& p, int64_t slot) {  // ids outside [0, E) become E
+  const int64_t id = p.id_kind == 1 ? reinterpret_cast<const int64_t*>(p.ids)[slot]
+                                    : static_cast<int64_t>(reinterpret_cast<const int32_t*>(p.ids)[slot]);
+  return (id >= 0 && id < p.experts) ? static_cast<int32_t>(id) : static_cast<int32_t>(p.experts);
+}
+
+// Loads the chunk's ids into shared memory; returns its slot count.
+template <class Arch>
+FP8GEMM_QFN int moe_load_chunk(const MoeParams& p, int64_t chunk, int tid, MoeRouteShared& s) {
+  const int64_t first = chunk * p.chunk_tokens * p.top_k, slots = p.tokens * p.top_k;
+  const int n = static_cast<int>(slots - first < p.chunk_tokens * p.top_k ? slots - first : p.chunk_tokens * p.top_k);
+  for (int i = tid; i < n; i += kMoeThreads) s.ids[i] = moe_expert(p, first + i);
+  Arch::barrier();
+  return n;
+}
+
+FP8GEMM_QFN int32_t moe_count(const MoeRouteShared& s, int n, int32_t e) {
+  int32_t c = 0;
+  for (int i = 0; i < n; ++i) c += s.ids[i] == e;
+  return c;
+}
+
+// The count launch (more than one chunk): hist[chunk][e] = the chunk's slots on expert e.
+template <class Arch>
+FP8GEMM_QFN void moe_count_chunk(const MoeParams& p, int64_t chunk, int tid, MoeRouteShared& s) {
+  const int n = moe_load_chunk<Arch>(p, chunk, tid, s);
+  for (int e = tid; e < p.experts; e += kMoeThreads) p.hist[chunk * p.experts + e] = moe_count(s, n, e);
+}
+
+// s.start[e] = sum of s.count[e'] for e' < e (E <= kMoeMaxExperts: 4 consecutive experts per thread).
+template <class Arch>
+FP8GEMM_QFN void moe_exclusive_scan(const MoeParams& p, int tid, MoeRouteShared& s) {
+  int32_t local[4], sum = 0;
+  for (int i = 0; i < 4; ++i) {
+    const int e = 4 * tid + i;
+    local[i] = sum;
+    sum += e < p.experts ? s.count[e] : 0;
+  }
+  s.scan[0][tid] = sum;
+  Arch::barrier();
+  int src = 0;
+  for (int offset = 1; offset < kMoeThreads; offset *= 2) {  // Hillis-Steele over the threads' sums
+    s.scan[src ^ 1][tid] = s.scan[src][tid] + (tid >= offset ? s.scan[src][tid - offset] : 0);
+    src ^= 1;
+    Arch::barrier();
+  }
+  const int32_t before = s.scan[src][tid] - sum;
+  for (int i = 0; i < 4; ++i)
+    if (4 * tid + i < p.experts) s.start[4 * tid + i] = before + local[i];
+  Arch::barrier();
+}
+
+// The route launch, one block per chunk: offs (block 0), the chunk's positions, its tokens quantized into their rows.
+template <class Arch>
+FP8GEMM_QFN void moe_route_chunk(const MoeParams& p, int64_t chunk, int tid, MoeRouteShared& s) {
+  const int n = moe_load_chunk<Arch>(p, chunk, tid, s);
+  int32_t earlier[4] = {0, 0, 0, 0};  // this chunk's first row within each of the thread's experts
+  for (int i = 0; i < 4; ++i) {
+    const int e = tid + i * kMoeThreads;
+    if (e >= p.experts) continue;
+    if (p.chunks == 1) {
+      s.count[e] = moe_count(s, n, e);
+    } else {
+      int32_t total = 0;
+      for (int64_t c = 0; c < p.chunks; ++c) {
+        const int32_t h = p.hist[c * p.experts + e];
+        total += h;
+        earlier[i] += c < chunk ? h : 0;
+      }
+      s.count[e] = total;
+    }
+  }
+  Arch::barrier();
+  moe_exclusive_scan<Arch>(p, tid, s);
+  for (int i = 0; i < 4; ++i) {
+    const int e = tid + i * kMoeThreads;
+    if (e >= p.experts) continue;
+    if (chunk == 0) p.offs[e] = s.start[e] + s.count[e];
+    s.start[e] += earlier[i];
+  }
+  Arch::barrier();
+  const int64_t first = chunk * p.chunk_tokens * p.top_k;
+  for (int i = tid; i < n; i += kMoeThreads) {  // rank: same-expert slots earlier in the chunk
+    const int32_t e = s.ids[i];
+    int32_t rank = 0;
+    for (int j = 0; j < i; ++j) rank += s.ids[j] == e;
+    const int32_t row = e < p.experts ? s.start[e] + rank : -1;
+    s.pos[i] = row;
+    p.position[first + i] = row;
+  }
+  Arch::barrier();
+  // Each (token, K block) by one 16-lane group. Every lane runs the same trips and reaches group_max on the same path
+  // (a group past the end redoes the last item), so no wave-level operation sits in divergent control flow.
+  const int64_t k = p.top_k, kbs = p.hidden / kQuantBlock, items = (n / k) * kbs, token0 = chunk * p.chunk_tokens;
+  const int lane = tid % kQuantLanes;
+  const int64_t in_bytes = moe_in_bytes(p.in_kind);
+  for (int64_t base = 0; base < items; base += kMoeGroups) {
+    const bool active = base + tid / kQuantLanes < items;
+    const int64_t item = active ? base + tid / kQuantLanes : items - 1, t = item / kbs, kb = item % kbs;
+    const int64_t col = kb * kQuantBlock + lane * kQuantElems;
+    float v[kQuantElems];
+    load8_kind<Arch>(p.x + (token0 + t) * p.ldx_bytes + col * in_bytes, p.in_kind, v);
+    const float scale = block_scale_of<Arch>(v, p.pow2 != 0);
+    if (!active) continue;
+    const float inv = 1.0f / scale;
+    for (int i = 0; i < kQuantElems; ++i) v[i] *= inv;
+    for (int64_t j = 0; j < k; ++j) {  // the same codes into each of the token's rows
+      const int32_t row = s.pos[t * k + j];
+      if (row < 0) continue;
+      Arch::store8(p.q + row * p.hidden + col, v);
+      if (lane == 0) p.scale[kb * p.scale_ld + row] = scale;
+    }
+  }
+}
+
+// --- SiLU and mul, quantize ------------------------------------------------------------------------------------
+
+// Rows the activation step computes: the experts' rows (offs[E-1], read on the device), within [0, rows].
+FP8GEMM_QFN int64_t moe_active_rows(const MoeParams& p) {
+  const int64_t end = p.offs[p.experts - 1];
+  return end < 0 ? 0 : (end > p.rows ? p.rows : end);
+}
+
+// One lane's share of block (row, kb): silu(gate) * up as torch computes it in fp32, then quantize_group's numerics.
+template <class Arch>
+FP8GEMM_QFN void moe_activation_group(const MoeParams& p, int64_t row, int64_t kb, int lane) {
+  const int64_t col = kb * kQuantBlock + lane * kQuantElems;
+  const uint8_t* h = p.h + row * p.ldh_bytes;
+  float v[kQuantElems], up[kQuantElems];
+  Arch::template load8<kInFP32>(h + col * 4, v);
+  Arch::template load8<kInFP32>(h + (p.inter + col) * 4, up);
+  for (int i = 0; i < kQuantElems; ++i) {
+    const float silu = v[i] / (1.0f + Arch::exp(-v[i]));  // torch's silu, rounded before the product
+    v[i] = silu * up[i];
+  }
+  const float scale = block_scale_of<Arch>(v, p.pow2 != 0);
+  const float inv = 1.0f / scale;
+  for (int i = 0; i < kQuantElems; ++i) v[i] *= inv;
+  Arch::store8(p.q + row * p.inter + col, v);
+  if (lane == 0) p.scale[kb * p.scale_ld + row] = scale;
+}
+
+// --- combine -----------------------------------------------------------------------------------------------------
+
+struct alignas(16) MoeWords {
+  uint32_t w[4];
+};
+
+// Columns [col, col + 8) of token t: sum over j in order of w[t, j] * y[position[t, j]] (fused multiply-adds in fp32).
+template <class Arch>
+FP8GEMM_QFN void moe_combine_item(const MoeParams& p, int64_t t, int64_t col) {
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  const int64_t y_bytes = p.y_kind == kOutFP32 ? 4 : 2;
+  for (int64_t j = 0; j < p.top_k; ++j) {
+    const int64_t row = p.position[t * p.top_k + j];
+    if (row < 0 || row >= p.rows) continue;  // a slot that selects nothing
+    const float w = load_float(p.weights, t * p.top_k + j, p.weight_kind);
+    float v[8];
+    load8_kind<Arch>(p.y + row * p.ldy_bytes + col * y_bytes, p.y_kind == kOutFP32 ? kInFP32 : kInBF16, v);
+    for (int i = 0; i < 8; ++i) acc[i] = __builtin_fmaf(w, v[i], acc[i]);
+  }
+  uint8_t* out = p.out + t * p.ldo_bytes + col * moe_in_bytes(p.in_kind);
+  if (p.in_kind == kInFP32) {
+    MoeWords lo, hi;
+    for (int i = 0; i < 4; ++i) lo.w[i] = float_bits(acc[i]), hi.w[i] = float_bits(acc[4 + i]);
+    reinterpret_cast<MoeWords*>(out)[0] = lo;
+    reinterpret_cast<MoeWords*>(out)[1] = hi;
+  } else {
+    MoeWords half;
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t a = p.in_kind == kInBF16 ? float_bf16(acc[2 * i]) : float_half(acc[2 * i]);
+      const uint32_t b = p.in_kind == kInBF16 ? float_bf16(acc[2 * i + 1]) : float_half(acc[2 * i + 1]);
+      half.w[i] = a | (b << 16);
+    }
+    *reinterpret_cast<MoeWords*>(out) = half;
+  }
+}
+
+}  // namespace fp8gemm

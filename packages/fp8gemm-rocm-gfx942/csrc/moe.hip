@@ -1,0 +1,73 @@
+// The mixture-of-experts step kernels for gfx942: the core's portable steps (fp8gemm/moe_steps.cuh) on the
+// e4m3fnuz Arch of the quantizer, 256 work-items per workgroup.
+#include "hip_compat.hpp"
+#include "e4m3fnuz_arch.hpp"
+#include "fp8gemm/moe_steps.cuh"
+#include "launch.hpp"
+
+namespace fp8gemm_gfx942 {
+namespace {
+
+struct MoeArch : E4m3fnuzArch {
+  static __device__ inline void barrier() {
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+    __builtin_amdgcn_s_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+  }
+  static __device__ inline float exp(float v) { return __builtin_expf(v); }  // no device library needed
+};
+
+#define FP8GEMM_MOE_KERNEL __global__ __attribute__((amdgpu_flat_work_group_size(fp8gemm::kMoeThreads, fp8gemm::kMoeThreads)))
+
+// workgroup x: a chunk of tokens.
+FP8GEMM_MOE_KERNEL void moe_count_kernel(fp8gemm::MoeParams p) {
+  __shared__ fp8gemm::MoeRouteShared s;
+  fp8gemm::moe_count_chunk<MoeArch>(p, __builtin_amdgcn_workgroup_id_x(), __builtin_amdgcn_workitem_id_x(), s);
+}
+
+FP8GEMM_MOE_KERNEL void moe_route_kernel(fp8gemm::MoeParams p) {
+  __shared__ fp8gemm::MoeRouteShared s;
+  fp8gemm::moe_route_chunk<MoeArch>(p, __builtin_amdgcn_workgroup_id_x(), __builtin_amdgcn_workitem_id_x(), s);
+}
+
+// workgroup x: kMoeGroups rows; workgroup y: the K block of I.
+FP8GEMM_MOE_KERNEL void moe_activation_kernel(fp8gemm::MoeParams p) {
+  const int64_t row = int64_t(__builtin_amdgcn_workgroup_id_x()) * fp8gemm::kMoeGroups +
+                      __builtin_amdgcn_workitem_id_x() / fp8gemm::kQuantLanes;
+  if (row >= fp8gemm::moe_active_rows(p)) return;  // whole 16-lane groups leave together
+  fp8gemm::moe_activation_group<MoeArch>(p, row, __builtin_amdgcn_workgroup_id_y(),
+                                         __builtin_amdgcn_workitem_id_x() % fp8gemm::kQuantLanes);
+}
+
+// workgroup x: a token and kMoeThreads * 8 of its columns.
+FP8GEMM_MOE_KERNEL void moe_combine_kernel(fp8gemm::MoeParams p) {
+  const int64_t per_token = (p.hidden / 8 + fp8gemm::kMoeThreads - 1) / fp8gemm::kMoeThreads;
+  const int64_t group = __builtin_amdgcn_workgroup_id_x(), token = group / per_token;
+  const int64_t col = ((group % per_token) * fp8gemm::kMoeThreads + __builtin_amdgcn_workitem_id_x()) * 8;
+  if (col < p.hidden) fp8gemm::moe_combine_item<MoeArch>(p, token, col);
+}
+
+}  // namespace
+
+int enqueue_moe(const fp8gemm::MoeParams& p, int step, int64_t count_blocks, int64_t x, int64_t y, void* stream) {
+  fp8gemm::MoeParams params = p;
+  void* args[] = {&params};
+  const auto hip_stream = static_cast<hipStream_t>(stream);
+  const dim3 block(fp8gemm::kMoeThreads);
+  if (step == fp8gemm::kMoeRoute) {
+    if (count_blocks) {
+      const int err = hipLaunchKernel(reinterpret_cast<const void*>(&moe_count_kernel), dim3(static_cast<unsigned>(count_blocks)),
+                                      block, args, 0, hip_stream);
+      if (err) return err;
+    }
+    return hipLaunchKernel(reinterpret_cast<const void*>(&moe_route_kernel), dim3(static_cast<unsigned>(x)), block, args,
+                           0, hip_stream);
+  }
+  if (step == fp8gemm::kMoeActivation)  // rows in x: HIP's x dimension takes 2^32 work-items
+    return hipLaunchKernel(reinterpret_cast<const void*>(&moe_activation_kernel),
+                           dim3(static_cast<unsigned>(y), static_cast<unsigned>(x)), block, args, 0, hip_stream);
+  return hipLaunchKernel(reinterpret_cast<const void*>(&moe_combine_kernel), dim3(static_cast<unsigned>(x)), block, args, 0,
+                         hip_stream);
+}
+
+}  // namespace fp8gemm_gfx942
