@@ -2,6 +2,7 @@
 kernels.get_local_kernel load it, plus a kernel-builder build.toml describing the same sources.
 
 python3 ci/build_hub.py [--out output/hub] [--wheel ARCH.whl ...] [--build PLATFORM ...] [--torch X.Y]
+                       [--builder-backends cuda rocm] [--builder-arches sm90a ...]
 
 Variants (the names kernels/variants.py parses and resolves against the installed torch and its backend):
   torch-cpu                            noarch: the core, which runs the pure-torch reference on CPU
@@ -35,6 +36,7 @@ import arches  # noqa: E402
 
 ROOT = arches.ROOT
 CORE = ROOT / "packages" / "fp8gemm-core" / "src" / "fp8gemm"
+HUB = ROOT / "ci" / "hub"  # the Torch binding and op adapter of kernel-builder builds
 NAME = "fp8gemm"
 KERNEL_VERSION = 1  # the Hub's major version: bump on any API change (kernels' kernel-requirements.md)
 LEFT_OUT = ("cli*.py", "__main__.py")  # the CLI needs rich, which a Hub kernel may not import
@@ -72,6 +74,58 @@ from .fp8gemm import *  # noqa: E402,F403
 from .fp8gemm import __all__, __version__  # noqa: E402,F401
 
 # transformers' fine-grained FP8 kernel interface: LOCAL_KERNELS=kernels-community/finegrained-fp8=<this repository>
+from .fp8gemm.hf.finegrained_fp8 import matmul_2d, matmul_batched, matmul_grouped  # noqa: E402,F401
+'''
+
+
+# The variant's __init__.py in kernel-builder's source tree (torch-ext/fp8gemm/): kernel-builder copies the folder's .py
+# files and the op library beside them, so the bundled backends' entry points come from this class, not a dist-info
+# folder, and only for the arch modules the library was built with (its arches() op; none in a CPU build).
+KB_INIT = '''"""fp8gemm, built by Hugging Face kernel-builder: the core's API, its arch entries in this variant's op library."""
+
+import importlib.metadata as _metadata
+import json as _json
+import pathlib as _pathlib
+import sys as _sys
+
+from ._ops import ops as _ops
+
+_BUNDLED = {bundled}  # entry-point name -> (arch module, its Backend factory)
+_TOP = __name__
+
+
+class _HubDistribution(_metadata.Distribution):
+    def read_text(self, filename):
+        if filename == "METADATA":
+            return "Metadata-Version: 2.1\\nName: {dist_name}\\nVersion: {version}\\n"
+        if filename == "entry_points.txt":
+            built = set(_json.loads(_ops.arches()))
+            lines = [f"{{n}} = {{_TOP}}.fp8gemm._bundled.{{m}}.{{v}}" for n, (m, v) in sorted(_BUNDLED.items()) if m in built]
+            return "\\n".join(["[{group}]", *lines]) + "\\n"
+        return None
+
+    def locate_file(self, path):
+        return _pathlib.Path(__file__).parent / path
+
+
+class _BundledBackends(_metadata.DistributionFinder):
+    """Shows this copy's registry the backends its op library holds (an entry-point group only it reads)."""
+
+    def find_spec(self, *args, **kwargs):
+        return None
+
+    def find_distributions(self, context=_metadata.DistributionFinder.Context()):
+        if context.name in (None, "{dist_name}"):
+            yield _HubDistribution()
+
+
+if not any(type(f).__name__ == "_BundledBackends" and getattr(f, "top", None) == _TOP for f in _sys.meta_path):
+    _finder = _BundledBackends()
+    _finder.top = _TOP
+    _sys.meta_path.append(_finder)
+
+from .fp8gemm import *  # noqa: E402,F403
+from .fp8gemm import __all__, __version__  # noqa: E402,F401
 from .fp8gemm.hf.finegrained_fp8 import matmul_2d, matmul_batched, matmul_grouped  # noqa: E402,F401
 '''
 
@@ -222,30 +276,104 @@ def platform_of(wheel: Path) -> str:
     return arches.by_package()[package].platform
 
 
-def build_toml(out: Path, platforms: set[str]) -> Path:
-    """kernel-builder's source tree (edition 5 build.toml): each arch package's sources and GPUs, the core's
-    headers in include/ and its Python in torch-ext/fp8gemm/, copied beside build/."""
+def arch_build(a: arches.Arch) -> dict:
+    """What an arch package's CMakeLists.txt gives fp8gemm_arch_module() (cmake/fp8gemm_arch_module.cmake): its
+    sources, targets and arch flags, and the sources that set_source_files_properties() gives options of their own."""
+    text = (ROOT / "packages" / a.package / "CMakeLists.txt").read_text()
+    call = re.search(r"^fp8gemm_arch_module\((.*?)\)\s*$", text, re.M | re.S).group(1)
+    args: dict[str, list[str]] = {}
+    for line in call.splitlines():
+        words = line.split()
+        if words and words[0].isupper():
+            args[words[0]] = words[1:]
+    cached = dict(re.findall(r'^set\((FP8GEMM_\w+) "([^"]*)" CACHE', text, re.M))
+    value = lambda key: re.sub(r"\$\{(\w+)\}", lambda m: cached.get(m.group(1), ""), " ".join(args[key]).strip('"'))  # noqa: E731
+    own = {src: opts for src, opts in re.findall(r'set_source_files_properties\((\S+) PROPERTIES COMPILE_OPTIONS "([^"]+)"\)', text)}  # fmt: skip
+    device = [w for w in args.get("CUDA_SOURCES", [])]
+    return {"targets": value("TARGETS"), "arch_flags": value("ARCH_FLAGS"), "sources": args["SOURCES"],
+            "device": device, "own_options": own}  # fmt: skip
+
+
+def arch_header(a: arches.Arch, facts: dict) -> str:
+    """fp8gemm_hub_arch.h: what the pybind11 stand-in (ci/hub/shim) and build_info.hpp read of this arch."""
+    compiler = "nvcc (kernel-builder)" if a.platform == "cuda" else "hipcc (kernel-builder)"
+    return (
+        "// Generated by ci/build_hub.py: this arch's facts for the pybind11 stand-in (hub_shim/pybind11/pybind11.h)\n"
+        "// and fp8gemm/build_info.hpp, in place of fp8gemm_arch_module()'s compile definitions.\n#pragma once\n"
+        f"#define FP8GEMM_HUB_ARCH {a.module}\n#define FP8GEMM_TARGETS {json.dumps(facts['targets'])}\n"
+        f"#define FP8GEMM_ARCH_FLAGS {json.dumps(facts['arch_flags'])}\n#define FP8GEMM_COMPILER {json.dumps(compiler)}\n"
+    )
+
+
+def torch_ext(out: Path, platforms: set[str], only: set[str] | None = None) -> None:
+    """kernel-builder's torch-ext/: the Torch binding (ci/hub/torch_binding.cpp, once for every arch), the pybind11
+    stand-in the arch modules compile against, and torch-ext/fp8gemm/, which becomes build/<variant>/: KB_INIT, the
+    core vendored under its own op namespace, and each arch package's Python with the op adapter as its _C."""
+    ext = out / "torch-ext"
+    ext.mkdir(parents=True)
+    shutil.copy(HUB / "torch_binding.cpp", ext / "torch_binding.cpp")
+    shutil.copy(HUB / "torch_binding.h", ext / "torch_binding.h")
+    shutil.copytree(HUB / "shim", ext / "hub_shim")
+    package = ext / NAME
+    library = kernel_id("kb", [p for p in CORE.rglob("*.py") if "__pycache__" not in p.parts])
+    vendor_core(package / NAME, library)
+    bundled = {}
+    for a in arches.arches():
+        if a.platform not in platforms or (only is not None and a.backend not in only):
+            continue
+        src = ROOT / "packages" / a.package / "src" / a.module
+        dest = package / NAME / "_bundled" / a.module
+        dest.mkdir(parents=True)
+        for py in src.glob("*.py"):
+            (dest / py.name).write_text(re.sub(r"^from fp8gemm\.", "from ...", py.read_text(), flags=re.M))
+        shutil.copy(HUB / "_C.py", dest / "_C.py")
+        points = arches.tomllib.loads((ROOT / "packages" / a.package / "pyproject.toml").read_text())
+        for name, value in points["project"]["entry-points"]["fp8gemm.backends"].items():
+            bundled[name] = (a.module, value.removeprefix(f"{a.module}."))
+    version = re.search(r'__version__ = "(.+?)"', (CORE / "__init__.py").read_text()).group(1)
+    dist_name = "fp8gemm-hub-" + library.removeprefix(f"_{NAME}_").replace("_", "-")
+    (package / "__init__.py").write_text(
+        KB_INIT.format(bundled=repr(bundled), dist_name=dist_name, version=version, group=f"{library}.backends")
+    )
+
+
+def build_toml(out: Path, platforms: set[str], only: set[str] | None = None) -> Path:
+    """kernel-builder's source tree (edition 5 build.toml, huggingface/kernels@8ac69fc542a4306eade0759ef7c45b4f2ae57df0
+    kernels-data/src/config/v5.rs): the Torch binding in [torch], the core's headers in include/, each arch package's
+    csrc as kernel components (one per set of per-source options), its Python in torch-ext/fp8gemm/ (torch_ext());
+    ``only``: these arch backends (e.g. {"sm90a"}) of the platforms, for a shorter build."""
     for stale in ("include", "torch-ext", *(a.module for a in arches.arches())):
         shutil.rmtree(out / stale, ignore_errors=True)
     shutil.copytree(CORE / "include", out / "include")
-    shutil.copytree(
-        CORE, out / "torch-ext" / NAME, ignore=shutil.ignore_patterns("include", "cmake", "__pycache__", *LEFT_OUT)
-    )
+    torch_ext(out, platforms, only)
+    binding = ["torch-ext/torch_binding.cpp", "torch-ext/torch_binding.h"]
     lines = ["[general]", f'name = "{NAME}"', f"version = {KERNEL_VERSION}", "edition = 5", 'license = "Apache-2.0"',
              'upstream = "https://github.com/fp8gemm/fp8gemm"',
              f"backends = [{', '.join(json.dumps(p) for p in sorted(platforms | {'cpu'}))}]", "",
-             "[torch]", 'include = ["include"]', "src = []", ""]  # fmt: skip
+             "[torch]", 'include = ["include"]', f"src = {json.dumps(binding)}", ""]  # fmt: skip
     for a in arches.arches():
-        if a.platform not in platforms:
+        if a.platform not in platforms or (only is not None and a.backend not in only):
             continue
         shutil.copytree(ROOT / "packages" / a.package / "csrc", out / a.module)
-        src = sorted(str(p.relative_to(out)) for p in (out / a.module).rglob("*") if p.is_file())
-        lines += [f"[kernel.{a.module}]", f'backend = "{a.platform}"', 'depends = ["torch"]',
-                  f"src = {json.dumps(src)}", 'include = ["include"]']  # fmt: skip
-        lines.append(
-            f'cuda-capabilities = ["{cuda_arch(a.target)}"]' if a.platform == "cuda" else f'rocm-archs = ["{a.target}"]'
-        )
-        lines.append("")
+        facts = arch_build(a)
+        (out / a.module / "fp8gemm_hub_arch.h").write_text(arch_header(a, facts))
+        files = sorted(str(p.relative_to(out)) for p in (out / a.module).rglob("*") if p.is_file())
+        own = {f"{a.module}/{s.removeprefix('csrc/')}": o.split() for s, o in facts["own_options"].items()}
+        groups = [(a.module, [f for f in files if f not in own], [])]
+        groups += [(f"{a.module}_{Path(f).stem}", [f], opts) for f, opts in sorted(own.items())]
+        # module.cpp sees the pybind11 stand-in and fp8gemm_hub_arch.h, the torch binding's header beside it.
+        include = ["include", "torch-ext", "torch-ext/hub_shim", a.module]
+        for name, src, opts in groups:
+            lines += [f"[kernel.{name}]", f'backend = "{a.platform}"', 'depends = ["torch"]',
+                      f"src = {json.dumps(src)}", f"include = {json.dumps(include)}"]  # fmt: skip
+            if a.platform == "cuda":
+                # fp8gemm_arch_module()'s nvcc options, then the source's own (the arch's CMakeLists.txt)
+                lines += [f'cuda-capabilities = ["{cuda_arch(a.target)}"]',
+                          f"cuda-flags = {json.dumps(['-O3', '-lineinfo', '-Xptxas=-warn-spills', *opts])}"]  # fmt: skip
+            else:
+                lines += [f'rocm-archs = ["{a.target}"]', f"hip-flags = {json.dumps(['-O3', '-DFP8GEMM_HIP_HEADERS', *opts])}",
+                          'cxx-flags = ["-D__HIP_PLATFORM_AMD__"]']  # fmt: skip
+            lines.append("")
     (out / "build.toml").write_text("\n".join(lines))
     return out / "build.toml"
 
@@ -257,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build", choices=["cuda", "rocm"], nargs="*", default=[], help="build these arches' wheels")
     parser.add_argument("--torch", help="the torch X.Y the arch variants are named for (default: the installed)")
     parser.add_argument("--rocm", default="6.3", help="the ROCm release of the rocm variant")
+    parser.add_argument("--builder-backends", choices=["cuda", "rocm"], nargs="*",
+                        help="the GPU backends of kernel-builder's source tree (default: those of the arch variants)")  # fmt: skip
+    parser.add_argument("--builder-arches", nargs="*", help="only these arch backends there (e.g. sm90a)")
     args = parser.parse_args(argv)
     if args.torch is None:
         import torch
@@ -273,7 +404,11 @@ def main(argv: list[str] | None = None) -> int:
         for backend, group in sorted(by_platform.items()):
             variant = f"torch{major}{minor}-{backend_variant(backend, group, args.rocm)}-{system}"
             made.append(write_variant(args.out, variant, backend, group))
-    made_toml = build_toml(args.out, set(by_platform))
+    made_toml = build_toml(
+        args.out,
+        set(by_platform if args.builder_backends is None else args.builder_backends),
+        None if args.builder_arches is None else set(args.builder_arches),
+    )
     for path in made:
         print(f"{path.relative_to(args.out)}: {json.loads((path / 'metadata.json').read_text())['id']}")
     print(made_toml.relative_to(args.out))
