@@ -30,6 +30,14 @@ FP8GEMM_MOE_KERNEL void moe_route_kernel(fp8gemm::MoeParams p) {
   fp8gemm::moe_route_chunk<MoeArch>(p, __builtin_amdgcn_workgroup_id_x(), __builtin_amdgcn_workitem_id_x(), s);
 }
 
+// workgroup x: kMoeGroups (token, K block) items.
+FP8GEMM_MOE_KERNEL void moe_scatter_kernel(fp8gemm::MoeParams p) {
+  const int64_t item = int64_t(__builtin_amdgcn_workgroup_id_x()) * fp8gemm::kMoeGroups +
+                       __builtin_amdgcn_workitem_id_x() / fp8gemm::kQuantLanes;
+  if (item >= p.tokens * (p.hidden / fp8gemm::kQuantBlock)) return;  // whole 16-lane groups leave together
+  fp8gemm::moe_scatter_group<MoeArch>(p, item, __builtin_amdgcn_workitem_id_x() % fp8gemm::kQuantLanes);
+}
+
 // workgroup x: kMoeGroups rows; workgroup y: the K block of I.
 FP8GEMM_MOE_KERNEL void moe_activation_kernel(fp8gemm::MoeParams p) {
   const int64_t row = int64_t(__builtin_amdgcn_workgroup_id_x()) * fp8gemm::kMoeGroups +
@@ -60,8 +68,11 @@ int enqueue_moe(const fp8gemm::MoeParams& p, int step, int64_t count_blocks, int
                                       block, args, 0, hip_stream);
       if (err) return err;
     }
-    return hipLaunchKernel(reinterpret_cast<const void*>(&moe_route_kernel), dim3(static_cast<unsigned>(x)), block, args,
-                           0, hip_stream);
+    const int err = hipLaunchKernel(reinterpret_cast<const void*>(&moe_route_kernel), dim3(static_cast<unsigned>(x)),
+                                    block, args, 0, hip_stream);
+    if (err) return err;
+    const auto scatter = static_cast<unsigned>(fp8gemm::moe_scatter_blocks(p.tokens, p.hidden));
+    return hipLaunchKernel(reinterpret_cast<const void*>(&moe_scatter_kernel), dim3(scatter), block, args, 0, hip_stream);
   }
   if (step == fp8gemm::kMoeActivation)  // rows in x: HIP's x dimension takes 2^32 work-items
     return hipLaunchKernel(reinterpret_cast<const void*>(&moe_activation_kernel),

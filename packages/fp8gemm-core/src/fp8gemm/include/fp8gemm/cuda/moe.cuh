@@ -23,9 +23,15 @@ __global__ void __launch_bounds__(kMoeThreads) moe_count_kernel(MoeParams p) {
 }
 
 __global__ void __launch_bounds__(kMoeThreads) moe_route_kernel(MoeParams p) {
-  asm volatile("griddepcontrol.launch_dependents;");  // the gate/up GEMM launched next may start its prologue
   __shared__ MoeRouteShared s;
   moe_route_chunk<MoeArch>(p, blockIdx.x, threadIdx.x, s);
+}
+
+// blockIdx.x: kMoeGroups (token, K block) items.
+__global__ void __launch_bounds__(kMoeThreads) moe_scatter_kernel(MoeParams p) {
+  asm volatile("griddepcontrol.launch_dependents;");  // the gate/up GEMM launched next may start its prologue
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kMoeGroups + threadIdx.x / kQuantLanes;
+  if (item < p.tokens * (p.hidden / kQuantBlock)) moe_scatter_group<MoeArch>(p, item, threadIdx.x % kQuantLanes);
 }
 
 // blockIdx.x: the K block of I; blockIdx.y: kMoeGroups rows (grid-strided past 65535 of them).
@@ -58,6 +64,7 @@ inline void launch_moe_step(const MoeArgs& args, const char* package) {
     case kMoeRoute:
       if (g.count_blocks) moe_count_kernel<<<static_cast<unsigned>(g.count_blocks), block, 0, stream>>>(p);
       moe_route_kernel<<<x, block, 0, stream>>>(p);
+      moe_scatter_kernel<<<static_cast<unsigned>(moe_scatter_blocks(args.tokens, args.hidden)), block, 0, stream>>>(p);
       break;
     case kMoeActivation: moe_activation_kernel<<<dim3(x, y), block, 0, stream>>>(p); break;
     default: moe_combine_kernel<<<x, block, 0, stream>>>(p); break;
