@@ -35,14 +35,7 @@ FP8GEMM_MOE_KERNEL void moe_scatter_kernel(fp8gemm::MoeParams p) {
   const int64_t item = int64_t(__builtin_amdgcn_workgroup_id_x()) * fp8gemm::kMoeGroups +
                        __builtin_amdgcn_workitem_id_x() / fp8gemm::kQuantLanes;
   if (item >= p.tokens * (p.hidden / fp8gemm::kQuantBlock)) return;  // whole 16-lane groups leave together
-  fp8gemm::moe_scatter_group<MoeArch>(p, item, __builtin_amdgcn_workitem_id_x() % fp8gemm::kQuantLanes,
-                                      [&](int64_t slot) { return p.position[slot]; });
-}
-
-// One chunk (decode): route and scatter in one launch; workgroups as for moe_scatter_kernel.
-FP8GEMM_MOE_KERNEL void moe_route_scatter_kernel(fp8gemm::MoeParams p) {
-  __shared__ fp8gemm::MoeRouteShared s;
-  fp8gemm::moe_route_scatter_block<MoeArch>(p, __builtin_amdgcn_workgroup_id_x(), __builtin_amdgcn_workitem_id_x(), s);
+  fp8gemm::moe_scatter_group<MoeArch>(p, item, __builtin_amdgcn_workitem_id_x() % fp8gemm::kQuantLanes);
 }
 
 // workgroup x: kMoeGroups rows; workgroup y: the K block of I.
@@ -70,10 +63,6 @@ int enqueue_moe(const fp8gemm::MoeParams& p, int step, int64_t count_blocks, int
   const auto hip_stream = static_cast<hipStream_t>(stream);
   const dim3 block(fp8gemm::kMoeThreads);
   if (step == fp8gemm::kMoeRoute) {
-    const auto scatter = static_cast<unsigned>(fp8gemm::moe_scatter_blocks(p.tokens, p.hidden));
-    if (p.chunks == 1)
-      return hipLaunchKernel(reinterpret_cast<const void*>(&moe_route_scatter_kernel), dim3(scatter), block, args, 0,
-                             hip_stream);
     if (count_blocks) {
       const int err = hipLaunchKernel(reinterpret_cast<const void*>(&moe_count_kernel), dim3(static_cast<unsigned>(count_blocks)),
                                       block, args, 0, hip_stream);
@@ -82,6 +71,7 @@ int enqueue_moe(const fp8gemm::MoeParams& p, int step, int64_t count_blocks, int
     const int err = hipLaunchKernel(reinterpret_cast<const void*>(&moe_route_kernel), dim3(static_cast<unsigned>(x)),
                                     block, args, 0, hip_stream);
     if (err) return err;
+    const auto scatter = static_cast<unsigned>(fp8gemm::moe_scatter_blocks(p.tokens, p.hidden));
     return hipLaunchKernel(reinterpret_cast<const void*>(&moe_scatter_kernel), dim3(scatter), block, args, 0, hip_stream);
   }
   if (step == fp8gemm::kMoeActivation)  // rows in x: HIP's x dimension takes 2^32 work-items

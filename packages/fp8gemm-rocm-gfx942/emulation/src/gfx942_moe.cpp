@@ -7,6 +7,5 @@
 GFX942_EMU_KERNEL(fp8gemm_gfx942::moe_count_kernel);
 GFX942_EMU_KERNEL(fp8gemm_gfx942::moe_route_kernel);
 GFX942_EMU_KERNEL(fp8gemm_gfx942::moe_scatter_kernel);
-GFX942_EMU_KERNEL(fp8gemm_gfx942::moe_route_scatter_kernel);
 GFX942_EMU_KERNEL(fp8gemm_gfx942::moe_activation_kernel);
 GFX942_EMU_KERNEL(fp8gemm_gfx942::moe_combine_kernel);

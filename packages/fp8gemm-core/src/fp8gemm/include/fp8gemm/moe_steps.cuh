@@ -157,7 +157,6 @@ FP8GEMM_QFN float block_scale_of(const float (&v)[8], bool pow2) {
 
 struct MoeRouteShared {
   int32_t ids[kMoeChunkSlots];  // the chunk's expert ids, experts for one outside [0, E)
-  int32_t pos[kMoeChunkSlots];  // one-chunk route and scatter: the rows of the block's tokens' slots
   int32_t count[kMoeMaxExperts];  // this chunk's slots per expert, then all chunks' (route)
   int32_t start[kMoeMaxExperts];  // where each expert's rows start, then this chunk's first row of it
   int32_t scan[2][kMoeThreads];
@@ -261,8 +260,8 @@ FP8GEMM_MOE_HDFN int64_t moe_scatter_blocks(int64_t tokens, int64_t hidden) {
 
 // One lane's share of item (token t, K block kb): the block quantized once, its codes and scale into each of the
 // token's rows. All 16 lanes of a group call it (group_max).
-template <class Arch, class RowOf>
-FP8GEMM_QFN void moe_scatter_group(const MoeParams& p, int64_t item, int lane, RowOf row_of) {
+template <class Arch>
+FP8GEMM_QFN void moe_scatter_group(const MoeParams& p, int64_t item, int lane) {
   const int64_t kbs = p.hidden / kQuantBlock, t = item / kbs, kb = item % kbs;
   const int64_t col = kb * kQuantBlock + lane * kQuantElems;
   float v[kQuantElems];
@@ -271,40 +270,11 @@ FP8GEMM_QFN void moe_scatter_group(const MoeParams& p, int64_t item, int lane, R
   const float inv = 1.0f / scale;
   for (int i = 0; i < kQuantElems; ++i) v[i] *= inv;
   for (int64_t j = 0; j < p.top_k; ++j) {  // the same codes into each of the token's rows
-    const int32_t row = row_of(t * p.top_k + j);
+    const int32_t row = p.position[t * p.top_k + j];
     if (row < 0) continue;
     Arch::store8(p.q + row * p.hidden + col, v);
     if (lane == 0) p.scale[kb * p.scale_ld + row] = scale;
   }
-}
-
-// A decode step's route and scatter in one launch (one chunk: T * k <= kMoeChunkSlots): every scatter block ranks the
-// slots of its own tokens from all ids in shared memory; block 0 also writes offs and every position.
-template <class Arch>
-FP8GEMM_QFN void moe_route_scatter_block(const MoeParams& p, int64_t block, int tid, MoeRouteShared& s) {
-  const int n = moe_load_chunk<Arch>(p, 0, tid, s);
-  for (int e = tid; e < p.experts; e += kMoeThreads) s.count[e] = moe_count(s, n, e);
-  Arch::barrier();
-  moe_exclusive_scan<Arch>(p, tid, s);
-  auto row_at = [&](int i) {  // slot i's row: its expert's start + same-expert slots before it
-    const int32_t e = s.ids[i];
-    int32_t rank = 0;
-    for (int j = 0; j < i; ++j) rank += s.ids[j] == e;
-    return e < p.experts ? s.start[e] + rank : -1;
-  };
-  if (block == 0) {
-    for (int e = tid; e < p.experts; e += kMoeThreads) p.offs[e] = s.start[e] + s.count[e];
-    for (int i = tid; i < n; i += kMoeThreads) p.position[i] = row_at(i);
-  }
-  const int64_t kbs = p.hidden / kQuantBlock, items = p.tokens * kbs, first_item = block * kMoeGroups;
-  const int64_t last_item = first_item + kMoeGroups - 1 < items ? first_item + kMoeGroups - 1 : items - 1;
-  const int first_slot = static_cast<int>((first_item / kbs) * p.top_k);
-  const int end_slot = static_cast<int>((last_item / kbs + 1) * p.top_k);
-  for (int i = first_slot + tid; i < end_slot; i += kMoeThreads) s.pos[i - first_slot] = row_at(i);
-  Arch::barrier();
-  const int64_t item = first_item + tid / kQuantLanes;
-  if (item < items)  // whole 16-lane groups leave together
-    moe_scatter_group<Arch>(p, item, tid % kQuantLanes, [&](int64_t slot) { return s.pos[slot - first_slot]; });
 }
 
 // --- SiLU and mul, quantize ------------------------------------------------------------------------------------

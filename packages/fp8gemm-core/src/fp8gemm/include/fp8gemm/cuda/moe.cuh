@@ -31,15 +31,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route_kernel(MoeParams p) {
 __global__ void __launch_bounds__(kMoeThreads) moe_scatter_kernel(MoeParams p) {
   asm volatile("griddepcontrol.launch_dependents;");  // the gate/up GEMM launched next may start its prologue
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kMoeGroups + threadIdx.x / kQuantLanes;
-  if (item < p.tokens * (p.hidden / kQuantBlock))
-    moe_scatter_group<MoeArch>(p, item, threadIdx.x % kQuantLanes, [&](int64_t slot) { return p.position[slot]; });
-}
-
-// One chunk (decode): route and scatter in one launch; blockIdx.x as for moe_scatter_kernel.
-__global__ void __launch_bounds__(kMoeThreads) moe_route_scatter_kernel(MoeParams p) {
-  asm volatile("griddepcontrol.launch_dependents;");
-  __shared__ MoeRouteShared s;
-  moe_route_scatter_block<MoeArch>(p, blockIdx.x, threadIdx.x, s);
+  if (item < p.tokens * (p.hidden / kQuantBlock)) moe_scatter_group<MoeArch>(p, item, threadIdx.x % kQuantLanes);
 }
 
 // blockIdx.x: the K block of I; blockIdx.y: kMoeGroups rows (grid-strided past 65535 of them).
@@ -70,10 +62,6 @@ inline void launch_moe_step(const MoeArgs& args, const char* package) {
   const unsigned x = static_cast<unsigned>(g.x), y = static_cast<unsigned>(g.y < 65535 ? g.y : 65535);
   switch (args.step) {
     case kMoeRoute:
-      if (p.chunks == 1) {
-        moe_route_scatter_kernel<<<static_cast<unsigned>(moe_scatter_blocks(args.tokens, args.hidden)), block, 0, stream>>>(p);
-        break;
-      }
       if (g.count_blocks) moe_count_kernel<<<static_cast<unsigned>(g.count_blocks), block, 0, stream>>>(p);
       moe_route_kernel<<<x, block, 0, stream>>>(p);
       moe_scatter_kernel<<<static_cast<unsigned>(moe_scatter_blocks(args.tokens, args.hidden)), block, 0, stream>>>(p);
