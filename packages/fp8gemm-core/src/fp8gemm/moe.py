@@ -28,7 +28,7 @@ ID_DTYPES = (torch.int32, torch.int64)
 WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 # The masked layout is used for T <= MASKED_MAX_TOKENS when the backend runs it as a kernel. 0: the contiguous
-# layout everywhere until `fp8gemm bench --moe` measures a T where the masked one wins (docs/moe.md, "Layout").
+# layout everywhere; on an H100 the masked one was slower at every T measured (docs/moe.md, "Layout").
 MASKED_MAX_TOKENS = 0
 COMBINE_CHUNK_BYTES = 64 << 20  # the fp32 weighted rows the combine holds at once
 
