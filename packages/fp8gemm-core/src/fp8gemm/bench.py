@@ -361,3 +361,69 @@ def plot(report: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def row_text(row: dict) -> str:
+    """One case's progress line: each path's time per call, and why a path was not timed (missing peers aside)."""
+    cells = [f"{name}={us:.1f}us" for name, us in row["us"].items()]
+    wrong = [f"{name}: {why}" for name, why in row["errors"].items() if not why.startswith("missing")]
+    return f"{row['label']}: " + " ".join(cells) + ("  errors: " + "; ".join(wrong) if wrong else "")
+
+
+def plot_cases(report: dict, names: list[str], path: Path, ylabel: str, subject: str) -> None:
+    """Bars of every path in ``names`` on every case of ``report``, TFLOP/s on a log scale (decode and prefill cases
+    differ 1000x); the title names the GPU, driver, torch and date."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    fig, ax = plt.subplots(figsize=(max(10, len(rows) * 0.5), 6))
+    width = 0.8 / max(len(names), 1)
+    for i, name in enumerate(names):
+        ys = [r["tflops"].get(name, 0.0) for r in rows]
+        ax.bar([j + i * width for j in range(len(rows))], ys, width, label=name)
+    ax.set_yscale("log")
+    ax.set_xticks([j + 0.4 for j in range(len(rows))], [r["label"] for r in rows], rotation=80, fontsize=6)
+    ax.set_ylabel(ylabel)
+    env = report["environment"]
+    ax.set_title(f"{subject}: {env['device']}, driver {env.get('driver')}, torch {env['torch']}, {env['date'][:10]}",
+                 fontsize=8)  # fmt: skip
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# What an earlier report (--resume) must share with this run for its rows to be kept.
+SAME_SETUP = ("host", "device", "driver", "torch", "fp8gemm", "backend_build", "peers", "seed")
+
+
+def earlier_rows(earlier: dict | None, env: dict, keep: Callable[[dict], bool]) -> list[dict]:
+    """The rows of ``earlier`` that ``keep`` selects, after checking it was timed on the same GPU with the same
+    software (``SAME_SETUP``)."""
+    if not earlier:
+        return []
+    before = earlier.get("environment", {})
+    for key in SAME_SETUP:
+        if before.get(key) != env.get(key):
+            raise ValueError(
+                f"--resume: the earlier report's {key} is {before.get(key)!r}, this run's is {env.get(key)!r}; "
+                "resume only on the same GPU and software, or start a new report"
+            )
+    return [r for r in earlier.get("rows", []) if keep(r)]
+
+
+def installed_versions(dists: tuple[str, ...]) -> dict[str, str]:
+    """The installed version of each distribution in ``dists`` that is installed."""
+    import importlib.metadata
+
+    versions = {}
+    for dist in dists:
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions

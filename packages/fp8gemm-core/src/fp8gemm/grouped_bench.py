@@ -16,7 +16,16 @@ from pathlib import Path
 import torch
 
 from . import registry
-from .bench import DEFAULT_SEED, _error_text, environment, geomean, seeded_generator
+from .bench import (
+    DEFAULT_SEED,
+    _error_text,
+    earlier_rows,
+    environment,
+    geomean,
+    plot_cases,
+    row_text,
+    seeded_generator,
+)
 from .conformance import TOLERANCE, relative_error
 from .grouped import uses_grouped_kernel
 from .grouped_peers import (
@@ -62,7 +71,6 @@ ORACLE_ROWS = 8  # rows of each group checked against float64: the first, the la
 DECODE_MAX_ROWS = 64
 TARGETS = {"own_shapes": 1.0, "own_shapes_slowest": 0.95, "skewed_unaligned": 1.1, "decode_vs_bf16": 2.0,
            "decode_vs_dense_loop": 1.2}  # fmt: skip
-SAME_SETUP = ("host", "device", "driver", "torch", "fp8gemm", "backend_build", "peers", "seed")
 
 
 @dataclass(frozen=True)
@@ -288,19 +296,6 @@ def summarize(rows: list[dict], alignment: int = DEFAULT_M_ALIGNMENT) -> dict:
     return out
 
 
-def _earlier_rows(earlier: dict | None, env: dict, labels: list[str]) -> list[dict]:
-    if not earlier:
-        return []
-    before = earlier.get("environment", {})
-    for key in SAME_SETUP:
-        if before.get(key) != env.get(key):
-            raise ValueError(
-                f"--resume: the earlier report's {key} is {before.get(key)!r}, this run's is {env.get(key)!r}; "
-                "resume only on the same GPU and software, or start a new report"
-            )
-    return [r for r in earlier.get("rows", []) if r["label"] in labels]
-
-
 def run(device, cases: list[Case] | None = None, backend: str | None = None, progress=print, earlier: dict | None = None,
         checkpoint=None, seed: int = DEFAULT_SEED, timer=None) -> dict:  # fmt: skip
     """Time every path on ``cases`` (default: ``all_cases(seed)``); ``earlier``: a cut-short report of the same GPU
@@ -319,7 +314,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
                peers=_peer_versions(), ours_runs={k: "kernel" if v else "reference" for k, v in kernel_layouts.items()},
                deepgemm_alignment=_alignment(), missing={k: v for k, v in missing.items()})  # fmt: skip
     labels = [c.label for c in cases]
-    rows = _earlier_rows(earlier, env, labels)
+    rows = earlier_rows(earlier, env, lambda r: r["label"] in labels)
     env["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
     report = {"environment": env, "paths": list(PATHS), "partial": True, "rows": rows}
     l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
@@ -327,7 +322,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
         if any(r["label"] == case.label for r in rows):
             continue
         rows.append(time_case(case, device, backend, seed, timer or time_graph, l2, missing, kernel_layouts))
-        progress(_row_text(rows[-1]))
+        progress(row_text(rows[-1]))
         report["summary"] = summarize(rows, env["deepgemm_alignment"])
         if checkpoint:
             checkpoint(report)
@@ -337,34 +332,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     return report
 
 
-def _row_text(row: dict) -> str:
-    cells = [f"{name}={us:.1f}us" for name, us in row["us"].items()]
-    wrong = [f"{name}: {why}" for name, why in row["errors"].items() if not why.startswith("missing")]
-    return f"{row['label']}: " + " ".join(cells) + ("  errors: " + "; ".join(wrong) if wrong else "")
-
-
 def plot(report: dict, path: Path) -> None:
-    """TFLOP/s (real rows) of every path on every case, log scale: decode and prefill cases differ 1000x."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = report["rows"]
-    names = [p for p in report["paths"] if p != DG_PADDING and any(p in r["tflops"] for r in rows)]
-    fig, ax = plt.subplots(figsize=(max(10, len(rows) * 0.45), 6))
-    width = 0.8 / max(len(names), 1)
-    for i, name in enumerate(names):
-        ys = [r["tflops"].get(name, 0.0) for r in rows]
-        ax.bar([j + i * width for j in range(len(rows))], ys, width, label=name)
-    ax.set_yscale("log")
-    ax.set_xticks([j + 0.4 for j in range(len(rows))], [r["label"] for r in rows], rotation=80, fontsize=6)
-    ax.set_ylabel("TFLOP/s on real rows (log)")
-    env = report["environment"]
-    ax.set_title(f"Grouped FP8 GEMM, weights from HBM: {env['device']}, driver {env.get('driver')}, "
-                 f"torch {env['torch']}, {env['date'][:10]}", fontsize=8)  # fmt: skip
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    """TFLOP/s (real rows) of every path on every case, log scale."""
+    names = [p for p in report["paths"] if p != DG_PADDING and any(p in r["tflops"] for r in report["rows"])]
+    plot_cases(report, names, path, "TFLOP/s on real rows (log)", "Grouped FP8 GEMM, weights from HBM")

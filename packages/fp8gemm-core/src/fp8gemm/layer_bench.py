@@ -15,7 +15,15 @@ from pathlib import Path
 import torch
 
 from . import runtime
-from .bench import DEFAULT_SEED, environment, geomean, host_seconds_per_call, seeded_generator
+from .bench import (
+    DEFAULT_SEED,
+    earlier_rows,
+    environment,
+    geomean,
+    host_seconds_per_call,
+    installed_versions,
+    seeded_generator,
+)
 from .conformance import relative_error
 from .layer_peers import BF16, GEMM_ALONE, OURS, gemm_alone, layer_paths
 from .linear import linear
@@ -223,7 +231,7 @@ def run(
     report = {"environment": environment(device, None, seed), "paths": list(paths) + [GEMM_ALONE], "partial": True}
     report["environment"]["method"] = "CUDA graph over weight copies >= 2x L2; median of replays"
     report["environment"]["peers"] = _peer_versions()
-    rows = _earlier_rows(earlier, report["environment"], shapes)
+    rows = earlier_rows(earlier, report["environment"], lambda r: (r["m"], r["n"], r["k"]) in shapes)
     report["environment"]["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
     report["rows"] = rows
     for m, n, k in shapes:
@@ -242,30 +250,8 @@ def run(
     return report
 
 
-def _earlier_rows(earlier: dict | None, env: dict, shapes) -> list[dict]:
-    """The rows of ``earlier`` for ``shapes``, after checking it was timed on the same GPU with the same software."""
-    if not earlier:
-        return []
-    before = earlier.get("environment", {})
-    for key in ("host", "device", "driver", "torch", "fp8gemm", "backend_build", "peers", "seed"):
-        if before.get(key) != env.get(key):
-            raise ValueError(
-                f"--resume: the earlier report's {key} is {before.get(key)!r}, this run's is {env.get(key)!r}; "
-                "resume only on the same GPU and software, or start a new report"
-            )
-    return [r for r in earlier.get("rows", []) if (r["m"], r["n"], r["k"]) in shapes]
-
-
 def _peer_versions() -> dict[str, str]:
-    import importlib.metadata
-
-    versions = {}
-    for dist in ("torchao", "transformers", "deep_gemm", "triton"):
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return versions
+    return installed_versions(("torchao", "transformers", "deep_gemm", "triton"))
 
 
 def _row_text(row: dict) -> str:

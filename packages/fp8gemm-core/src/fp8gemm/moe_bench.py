@@ -17,7 +17,17 @@ from pathlib import Path
 import torch
 
 from . import registry
-from .bench import DEFAULT_SEED, _error_text, environment, geomean, seeded_generator
+from .bench import (
+    DEFAULT_SEED,
+    _error_text,
+    earlier_rows,
+    environment,
+    geomean,
+    installed_versions,
+    plot_cases,
+    row_text,
+    seeded_generator,
+)
 from .conformance import relative_error
 from .grouped import uses_grouped_kernel
 from .moe_peers import (
@@ -82,7 +92,6 @@ YARDSTICK_BOUND = 6e-3
 EXACT_BOUND = {"bf16": 2e-2, "fp8": 0.1}
 YARDSTICK_PATHS = (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE)
 TARGETS = {"vs_bf16": 1.0, "decode_vs_grouped_alone_max": 1.2}
-SAME_SETUP = ("host", "device", "driver", "torch", "fp8gemm", "backend_build", "peers", "seed")
 
 
 @dataclass(frozen=True)
@@ -318,28 +327,8 @@ def summarize(rows: list[dict]) -> dict:
 # --- the run -----------------------------------------------------------------------------------------------------
 
 
-def _earlier_rows(earlier: dict | None, env: dict, labels: list[str]) -> list[dict]:
-    if not earlier:
-        return []
-    before = earlier.get("environment", {})
-    for key in SAME_SETUP:
-        if before.get(key) != env.get(key):
-            raise ValueError(
-                f"--resume: the earlier report's {key} is {before.get(key)!r}, this run's is {env.get(key)!r}; "
-                "resume only on the same GPU and software, or start a new report"
-            )
-    return [r for r in earlier.get("rows", []) if r["label"] in labels]
-
-
 def _peer_versions() -> dict[str, str]:
-    import importlib.metadata
-
-    versions = {}
-    for dist in ("transformers", "kernels", "deep_gemm", "triton"):
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
+    versions = installed_versions(("transformers", "kernels", "deep_gemm", "triton"))
     try:
         import deep_gemm
 
@@ -372,7 +361,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
                ours_runs={k: "kernel" if v else "reference" for k, v in layouts.items()}, missing=missing,
                notes=dict(NOTES), quick=quick)  # fmt: skip
     labels = [c.label for c in cases]
-    rows = _earlier_rows(earlier, env, labels)
+    rows = earlier_rows(earlier, env, lambda r: r["label"] in labels)
     env["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
     report = {"environment": env, "paths": list(PATH_ORDER), "models": {}, "partial": True, "rows": rows}
     report["models"].update((earlier or {}).get("models", {}))
@@ -389,7 +378,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
             weights = make_weights(model, copies["copies"], device, backend, seed)
             for case in todo:
                 rows.append(time_case(model, case, weights, device, backend, seed, timer or time_graph, missing))
-                progress(_row_text(rows[-1]))
+                progress(row_text(rows[-1]))
                 report["summary"] = summarize(rows)
                 if checkpoint:
                     checkpoint(report)
@@ -406,37 +395,10 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     return report
 
 
-def _row_text(row: dict) -> str:
-    cells = [f"{name}={us:.1f}us" for name, us in row["us"].items()]
-    wrong = [f"{name}: {why}" for name, why in row["errors"].items() if not why.startswith("missing")]
-    return f"{row['label']}: " + " ".join(cells) + ("  errors: " + "; ".join(wrong) if wrong else "")
-
-
 def plot(report: dict, path: Path) -> None:
-    """TFLOP/s of every path on every case, log scale (decode and prefill differ 1000x)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = report["rows"]
-    names = [p for p in report["paths"] if any(p in r["tflops"] for r in rows)]
-    fig, ax = plt.subplots(figsize=(max(10, len(rows) * 0.5), 6))
-    width = 0.8 / max(len(names), 1)
-    for i, name in enumerate(names):
-        ys = [r["tflops"].get(name, 0.0) for r in rows]
-        ax.bar([j + i * width for j in range(len(rows))], ys, width, label=name)
-    ax.set_yscale("log")
-    ax.set_xticks([j + 0.4 for j in range(len(rows))], [r["label"] for r in rows], rotation=80, fontsize=6)
-    ax.set_ylabel("TFLOP/s of the experts layer (log)")
-    env = report["environment"]
-    ax.set_title(f"MoE experts layer, weights from HBM: {env['device']}, driver {env.get('driver')}, "
-                 f"torch {env['torch']}, {env['date'][:10]}", fontsize=8)  # fmt: skip
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    """TFLOP/s of every path on every case, log scale."""
+    names = [p for p in report["paths"] if any(p in r["tflops"] for r in report["rows"])]
+    plot_cases(report, names, path, "TFLOP/s of the experts layer (log)", "MoE experts layer, weights from HBM")
 
 
 __all__ = ["MODELS", "TOKENS", "Case", "MoeModel", "all_cases", "run", "summarize", "plot", "DG_PIPELINE",
