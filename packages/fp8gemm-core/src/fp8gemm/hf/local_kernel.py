@@ -89,6 +89,9 @@ def use_in_transformers(repo_id: str = REPO_ID) -> ModuleType:
     It adds ``repo_id=<directory>`` to ``LOCAL_KERNELS`` (replacing an entry for ``repo_id``, keeping the others), so
     child processes inherit it while this one runs. Call it before the model's first forward: transformers keeps the
     first kernel it loads. Needs the ``kernels`` package, in the version range the installed transformers accepts.
+    Where transformers has FP8 experts, it also registers the experts implementation ``"fp8gemm"``
+    (:func:`~fp8gemm.hf.register_experts_implementation`), which a model takes with
+    ``experts_implementation="fp8gemm"``.
     """
     try:
         import kernels
@@ -100,4 +103,19 @@ def use_in_transformers(repo_id: str = REPO_ID) -> ModuleType:
         raise RuntimeError(f"LOCAL_KERNELS separates entries with ':', which the kernel directory {path} contains")
     kept = [e for e in os.environ.get("LOCAL_KERNELS", "").split(":") if e and e.split("=", 1)[0] != repo_id]
     os.environ["LOCAL_KERNELS"] = ":".join([*kept, f"{repo_id}={path}"])
-    return kernels.get_kernel(repo_id, version=REQUESTED_VERSION)
+    kernel = kernels.get_kernel(repo_id, version=REQUESTED_VERSION)
+    _register_experts()
+    return kernel
+
+
+def _register_experts() -> None:
+    """The experts implementation too, where this transformers has FP8 experts (5.17 and later; an older one keeps
+    the kernel route alone)."""
+    try:
+        import transformers.integrations.finegrained_fp8 as integration
+    except ImportError:
+        return
+    if hasattr(integration, "ALL_FP8_EXPERTS_FUNCTIONS"):
+        from .experts import register_experts_implementation
+
+        register_experts_implementation()
