@@ -31,10 +31,14 @@ def timed_with(case, device, select, index: int | None) -> dict:
         missing = {name: "not timed here" for name in PATHS if name not in OURS}
         l2 = torch.cuda.get_device_properties(device).L2_cache_size
         layouts = {"contiguous": True, "masked": True}
-        row = grouped_bench.time_case(case, device, "sm90a", grouped_bench.DEFAULT_SEED, time_graph, l2, missing, layouts)
+        row = grouped_bench.time_case(
+            case, device, "sm90a", grouped_bench.DEFAULT_SEED, time_graph, l2, missing, layouts
+        )
     finally:
         registry.select = select
-    return {name: row["us"].get(name) or row["errors"].get(name) for name in OURS if name in grouped_bench.case_paths(case)}
+    return {
+        name: row["us"].get(name) or row["errors"].get(name) for name in OURS if name in grouped_bench.case_paths(case)
+    }
 
 
 def main(out: str, sets: list[str]) -> None:
@@ -52,8 +56,11 @@ def main(out: str, sets: list[str]) -> None:
         for path in times["plan"]:
             us = {t: v[path] for t, v in times.items() if isinstance(v.get(path), float)}
             best = min((v, t) for t, v in us.items() if t != "plan")
-            print(f"{case.label:40s} {path[-8:]:8s} plan {us.get('plan', float('nan')):8.1f}  best {best[1]:10s} "
-                  f"{best[0]:8.1f}  " + " ".join(f"{t}={v:.1f}" for t, v in us.items() if t != "plan"), flush=True)
+            print(
+                f"{case.label:40s} {path[-8:]:8s} plan {us.get('plan', float('nan')):8.1f}  best {best[1]:10s} "
+                f"{best[0]:8.1f}  " + " ".join(f"{t}={v:.1f}" for t, v in us.items() if t != "plan"),
+                flush=True,
+            )
         with open(out, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "tiles": tiles, "rows": rows}, f, indent=1)
 

@@ -34,9 +34,11 @@ for case in [] if grouped_only or moe_only else CASES:
 # The grouped suite's fixed cases of the layouts a kernel runs (contiguous offs, masked); m_indices is the reference's.
 # --small: the fixed edge cases only (racecheck runs ~1000x slower than the kernels).
 small = "--small" in sys.argv[2:]
-GROUPED = [
-    c for c in conformance_grouped.cases("cpu" if small else "cuda", n_random=0) if c.layout in ("offs", "masked")
-] if not moe_only else []
+GROUPED = (
+    [c for c in conformance_grouped.cases("cpu" if small else "cuda", n_random=0) if c.layout in ("offs", "masked")]
+    if not moe_only
+    else []
+)
 for case in GROUPED:
     r = conformance_grouped.run_case(case, "cuda", torch.float8_e4m3fn, backend)
     print(f"{case.id}: rel err {r.rel_err:.2e} {'ok' if r.passed else 'FAIL ' + r.detail}")
