@@ -1,7 +1,9 @@
 """Whole transformers models on fp8gemm: Qwen3 (dense) and Qwen3-MoE built from configs with random weights (no
 download), in bf16, converted by ``fp8gemm.nn.convert``, and as transformers' own FP8 models
 (``FineGrainedFP8Config()`` quantize-on-load) whose finegrained-fp8 kernel is fp8gemm's, by both routes of
-docs/transformers.md: (1) ``LOCAL_KERNELS`` naming ci/build_hub.py's layout, (2) ``fp8gemm.hf.use_in_transformers()``.
+docs/transformers.md: (1) ``LOCAL_KERNELS`` naming ci/build_hub.py's layout, (2) ``fp8gemm.hf.use_in_transformers()``,
+and, for the MoE model, (3) route 2 with ``experts_implementation="fp8gemm"`` (each experts layer one
+``fp8gemm.fused_experts`` call instead of transformers' grouped_mm glue around two grouped matmuls).
 
 Reports logits' relative error against the bf16 model, bitwise equality of the two routes' logits, and the forward
 time per batch (batch x seq tokens, ``use_cache=False``, logits of the last token only) captured in a CUDA graph on
@@ -28,12 +30,15 @@ import traceback
 from pathlib import Path
 
 REPO_ID = "kernels-community/finegrained-fp8"
-VARIANTS = ("bf16", "convert", "hf-fp8-local", "hf-fp8-python")
-HF_ROUTES = ("hf-fp8-local", "hf-fp8-python")
+VARIANTS = ("bf16", "convert", "hf-fp8-local", "hf-fp8-python", "hf-fp8-experts")
+HF_ROUTES = ("hf-fp8-local", "hf-fp8-python")  # the two kernel routes: the same Python, bitwise equal logits
+HF_VARIANTS = (*HF_ROUTES, "hf-fp8-experts")  # transformers' FP8 models
+MOE_ONLY = ("hf-fp8-experts",)  # run on models with experts only
 BATCHES = ((1, 1), (8, 1), (32, 1), (1, 512), (4, 2048))  # (batch, seq): decode steps, then prefills
 QUICK_BATCHES = ((1, 1), (8, 1), (1, 512))
 COMPILE_BATCHES = ((8, 1),)  # each compile of a 2-4 layer model takes ~30-60 s
-COMPILE_VARIANTS = ("bf16", "convert", "hf-fp8-python")  # the local route runs the same Python as the python one
+# the local route runs the same Python as the python one
+COMPILE_VARIANTS = ("bf16", "convert", "hf-fp8-python", "hf-fp8-experts")
 REPLAYS = 20
 CHECK_SHAPE = (2, 64)  # input ids of the logits check
 # Qwen3-8B's sizes with fewer layers; Qwen3-30B-A3B's experts at hidden size 4096 (what the transformers kernel
@@ -83,23 +88,28 @@ def _load(variant: str, model_dir: str, device):
             info["converted"] = len(report.converted)
             info["left_alone"] = dict(report.skipped)
         return model.eval(), info
-    if variant == "hf-fp8-python":
+    experts = {}
+    if variant in ("hf-fp8-python", "hf-fp8-experts"):
         import fp8gemm.hf
 
-        fp8gemm.hf.use_in_transformers()
+        fp8gemm.hf.use_in_transformers()  # registers experts_implementation="fp8gemm" too
+        if variant == "hf-fp8-experts":
+            experts = {"experts_implementation": "fp8gemm"}
     from transformers import FineGrainedFP8Config
 
     try:
         kwargs = {"device_map": str(device)} if device.type == "cuda" else {}
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16,
-                                                     quantization_config=FineGrainedFP8Config(), **kwargs)  # fmt: skip
+                                                     quantization_config=FineGrainedFP8Config(), **kwargs,
+                                                     **experts)  # fmt: skip
         info["build"] = "from_pretrained(quantization_config=FineGrainedFP8Config()): quantized on load"
     except Exception as exc:  # no accelerate, or no GPU: transformers' own replacement, filled by us
         info["build"] = (f"manual: from_pretrained with FineGrainedFP8Config failed ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0][:200]}); transformers' replace_with_fp8_linear on the bf16 "
                          "model, its FP8Linear / FP8Experts filled with fp8gemm.quantize_weight (the same 128x128 "
                          "block recipe)")  # fmt: skip
-        model = _manual_fp8(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device))
+        model = _manual_fp8(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16,
+                                                                 **experts).to(device))  # fmt: skip
     return model.eval(), info
 
 
@@ -201,7 +211,7 @@ def worker(args) -> int:
     try:
         model, info = _load(args.worker, args.model_dir, device)
         result.update(info)
-        if args.worker in HF_ROUTES:
+        if args.worker in HF_VARIANTS:
             from transformers.integrations.finegrained_fp8 import load_finegrained_fp8_kernel
 
             result["kernel_module"] = load_finegrained_fp8_kernel().matmul.__module__
@@ -327,8 +337,17 @@ def summarize(results: dict) -> dict:
         convert = {b: speed("convert", "bf16", b) for b in batches}
         s["convert speed over bf16"] = _target(convert, TARGETS["moe_convert_vs_bf16_min"] if "moe" in model else None,
                                                strict=True)  # fmt: skip
+        if "hf-fp8-experts" in graph and graph["hf-fp8-experts"]:
+            for base in ("convert", "hf-fp8-python"):
+                per_batch = {b: speed("hf-fp8-experts", base, b) for b in batches}
+                target = TARGETS["hf_fp8_vs_convert_min"] if base == "convert" else None
+                s[f"hf-fp8-experts speed over {base}"] = _target(per_batch, target)
         s["logits_rel_err_vs_bf16"] = {v: r.get("logits_rel_err_vs_bf16") for v, r in variants.items() if v != "bf16"}
         s["routes_bitwise_equal"] = variants.get("hf-fp8-python", {}).get("logits_bitwise_equal_to_local_route")
+        if "hf-fp8-experts" in variants:
+            experts = variants["hf-fp8-experts"]
+            s["hf-fp8-experts logits"] = {k: experts.get(k) for k in ("logits_rel_err_vs_hf_fp8_python",
+                                                                      "logits_bitwise_equal_to_convert")}  # fmt: skip
         out[model] = s
     return out
 
@@ -385,7 +404,9 @@ def main(argv=None) -> int:
                      "convert": "fp8gemm.nn.convert(bf16 model): Fp8Linear and Fp8Experts, lm_head bf16",
                      "hf-fp8-local": f"transformers FP8 (FineGrainedFP8Config), {REPO_ID} mapped by LOCAL_KERNELS "
                                      "to ci/build_hub.py's layout",
-                     "hf-fp8-python": "transformers FP8 (FineGrainedFP8Config), fp8gemm.hf.use_in_transformers()"},
+                     "hf-fp8-python": "transformers FP8 (FineGrainedFP8Config), fp8gemm.hf.use_in_transformers()",
+                     "hf-fp8-experts": "hf-fp8-python with experts_implementation=\"fp8gemm\" (each experts layer "
+                                       "one fp8gemm.fused_experts call); models with experts only"},
         "targets": TARGETS}, "models": {}, "results": {}}  # fmt: skip
     json_path = args.out / f"{args.name}.json"
 
@@ -408,6 +429,8 @@ def main(argv=None) -> int:
             results = report["results"].setdefault(name, {})
             logits = {}
             for variant in variants:
+                if variant in MOE_ONLY and "num_experts" not in specs[name]:
+                    continue  # no experts layer: the same model as hf-fp8-python
                 env = {**os.environ, "PYTHONUNBUFFERED": "1"}
                 env.pop("LOCAL_KERNELS", None)
                 if variant == "hf-fp8-local":
@@ -437,6 +460,11 @@ def main(argv=None) -> int:
                     logits[variant] = torch.load(logits_file)
                     if "bf16" in logits and variant != "bf16":
                         result["logits_rel_err_vs_bf16"] = _rel(logits[variant], logits["bf16"])
+                if variant == "hf-fp8-experts":
+                    if "hf-fp8-python" in logits and variant in logits:
+                        result["logits_rel_err_vs_hf_fp8_python"] = _rel(logits[variant], logits["hf-fp8-python"])
+                    if "convert" in logits and variant in logits:
+                        result["logits_bitwise_equal_to_convert"] = torch.equal(logits[variant], logits["convert"])
                 if variant == "hf-fp8-python" and {"hf-fp8-local", "hf-fp8-python"} <= logits.keys():
                     result["logits_bitwise_equal_to_local_route"] = torch.equal(logits["hf-fp8-local"],
                                                                                  logits["hf-fp8-python"])  # fmt: skip
