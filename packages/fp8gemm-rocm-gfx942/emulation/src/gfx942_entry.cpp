@@ -10,6 +10,27 @@
 
 extern "C" void gfx942_emu_set_last_error(const char* text);
 
+namespace {
+
+// `call()`, or `failed` with the exception's text as the emulator's last error.
+template <class Call>
+auto guarded(Call call, decltype(call()) failed) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const std::exception& exc) {
+    gfx942_emu_set_last_error(exc.what());
+    return failed;
+  }
+}
+
+// One entry taking the address of a Wire<Args>: 0, or 1 with the emulator's last error.
+template <class Args, class Entry>
+int wire_entry(uintptr_t args, const char* name, Entry entry) {
+  return guarded([&] { return entry(fp8gemm::read_wire<Args>(args, name)), 0; }, 1);
+}
+
+}  // namespace
+
 extern "C" uint32_t fp8gemm_gfx942_emu_protocol_version() { return fp8gemm::kProtocolVersion; }
 
 extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {  // 0 launch, 1 quantize, 2 grouped_launch, 3 moe_step
@@ -23,69 +44,30 @@ extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {  // 0 launch, 1 qua
 }
 
 extern "C" int fp8gemm_gfx942_emu_launch(uintptr_t args) {
-  try {
-    fp8gemm_gfx942::launch(fp8gemm::read_wire<fp8gemm::LaunchArgs>(args, "launch"));
-    return 0;
-  } catch (const std::exception& exc) {
-    gfx942_emu_set_last_error(exc.what());
-    return 1;
-  }
+  return wire_entry<fp8gemm::LaunchArgs>(args, "launch", fp8gemm_gfx942::launch);
 }
 
 extern "C" int64_t fp8gemm_gfx942_emu_workspace_bytes(int64_t m, int64_t n, int64_t k) {
-  try {
-    return fp8gemm_gfx942::workspace_bytes(m, n, k);
-  } catch (const std::exception& exc) {
-    gfx942_emu_set_last_error(exc.what());
-    return -1;
-  }
+  return guarded([&] { return fp8gemm_gfx942::workspace_bytes(m, n, k); }, int64_t{-1});
 }
 
 extern "C" int fp8gemm_gfx942_emu_quantize(uintptr_t args) {
-  try {
-    fp8gemm_gfx942::quantize(fp8gemm::read_wire<fp8gemm::QuantizeArgs>(args, "quantize"));
-    return 0;
-  } catch (const std::exception& exc) {
-    gfx942_emu_set_last_error(exc.what());
-    return 1;
-  }
+  return wire_entry<fp8gemm::QuantizeArgs>(args, "quantize", fp8gemm_gfx942::quantize);
 }
 
 extern "C" int fp8gemm_gfx942_emu_grouped_launch(uintptr_t args) {
-  try {
-    fp8gemm_gfx942::grouped_launch(fp8gemm::read_wire<fp8gemm::GroupedArgs>(args, "grouped_launch"));
-    return 0;
-  } catch (const std::exception& exc) {
-    gfx942_emu_set_last_error(exc.what());
-    return 1;
-  }
+  return wire_entry<fp8gemm::GroupedArgs>(args, "grouped_launch", fp8gemm_gfx942::grouped_launch);
 }
 
 extern "C" int64_t fp8gemm_gfx942_emu_grouped_workspace_bytes(int layout, int64_t m, int64_t n, int64_t k,
                                                               int64_t groups) {
-  try {
-    return fp8gemm_gfx942::grouped_workspace_bytes(layout, m, n, k, groups);
-  } catch (const std::exception& exc) {
-    gfx942_emu_set_last_error(exc.what());
-    return -1;
-  }
+  return guarded([&] { return fp8gemm_gfx942::grouped_workspace_bytes(layout, m, n, k, groups); }, int64_t{-1});
 }
 
 extern "C" int fp8gemm_gfx942_emu_moe_step(uintptr_t args) {
-  try {
-    fp8gemm_gfx942::moe_step(fp8gemm::read_wire<fp8gemm::MoeArgs>(args, "moe_step"));
-    return 0;
-  } catch (const std::exception& exc) {
-    gfx942_emu_set_last_error(exc.what());
-    return 1;
-  }
+  return wire_entry<fp8gemm::MoeArgs>(args, "moe_step", fp8gemm_gfx942::moe_step);
 }
 
 extern "C" int64_t fp8gemm_gfx942_emu_moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts) {
-  try {
-    return fp8gemm_gfx942::moe_workspace_bytes(tokens, top_k, experts);
-  } catch (const std::exception& exc) {
-    gfx942_emu_set_last_error(exc.what());
-    return -1;
-  }
+  return guarded([&] { return fp8gemm_gfx942::moe_workspace_bytes(tokens, top_k, experts); }, int64_t{-1});
 }
