@@ -1,6 +1,6 @@
 """``fused_experts``' contiguous pipeline on a backend's step kernels (``Backend.moe_step``, fp8gemm/moe_steps.cuh).
 
-Five launches around nothing else (six when the tokens span more than one route block of 1024 slots): route +
+Six launches around nothing else (seven when the tokens span more than one route block of 1024 slots): route,
 quantize-scatter, the gate/up grouped GEMM, SiLU-and-mul + quantize, the down grouped GEMM, combine. Their FP8 codes
 and scales are ``quantize_activation``'s, the routing is the stable sort's of the torch path (fp8gemm/moe.py), which
 stays the reference and the CPU path. No value is read on the host. docs/moe.md, "Steps".
@@ -46,8 +46,8 @@ def _launch(backend, step: int, device: torch.device, **fields) -> None:
 
 
 def route(backend, x: torch.Tensor, topk_ids: torch.Tensor, experts: int, pow2: bool):
-    """One launch (two past 1024 slots): (offs int32 [E], position int32 [T, k], FP8 [T * k, H], scales [T * k, H/128]
-    in the backend's layout). Row ``position[t, j]`` holds token t's codes and scales; -1: an id outside [0, E)."""
+    """Route and quantize-scatter, two launches (three past 1024 slots): (offs int32 [E], position int32 [T, k], FP8
+    [T * k, H], scales [T * k, H/128] in the backend's layout). Row ``position[t, j]`` holds token t's codes and scales; -1: an id outside [0, E)."""
     tokens, k = topk_ids.shape
     hidden, rows, device = x.shape[1], tokens * k, x.device
     x, ids = runtime.kernel_rows(x), topk_ids.contiguous()
