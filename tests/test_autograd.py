@@ -93,3 +93,16 @@ def test_a_model_run_without_no_grad_is_refused_not_differentiated():
         model(tokens)  # the embedding's output requires grad
     with torch.inference_mode():
         assert model(tokens).shape == (4, 128)
+
+
+def test_an_op_that_writes_out_bumps_its_version():
+    """Autograd sees the write (a tensor saved for backward, then overwritten, is caught): on a GPU the kernel writes
+    through a pointer, so the op's autograd kernel bumps the version."""
+    x, q, scale, _ = _operands()
+    a, a_scale = fp8gemm.quantize_activation(x)
+    out = torch.empty(x.shape[0], q.shape[0], dtype=torch.bfloat16, device=DEVICE)
+    before = out._version
+    with torch.no_grad():
+        torch.ops.fp8gemm.gemm_out(a, q, a_scale, scale, out, "")
+    assert out._version > before
+    assert torch.equal(out, fp8gemm.gemm(a, q, a_scale, scale))

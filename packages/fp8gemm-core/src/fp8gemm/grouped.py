@@ -113,7 +113,7 @@ def check_expected_m(expected_m) -> int:
 # --- torch.library ops: what torch.compile and graph capture see -------------------------------------------------
 
 
-@torch.library.custom_op(f"{LIBRARY}::grouped_gemm", mutates_args=())
+@runtime.op("grouped_gemm", "grouped_gemm", GROUPED_NAMES)
 def _grouped_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
                 offs: torch.Tensor | None, m_indices: torch.Tensor | None, out_dtype: torch.dtype,
                 backend: str) -> torch.Tensor:  # fmt: skip
@@ -128,7 +128,7 @@ def _(a, b, a_scale, b_scale, offs, m_indices, out_dtype, backend):
     return a.new_empty(out_shape, dtype=dtype)
 
 
-@torch.library.custom_op(f"{LIBRARY}::grouped_gemm_out", mutates_args=("out",))
+@runtime.op("grouped_gemm_out", "grouped_gemm", GROUPED_NAMES, mutates_args=("out",))
 def _grouped_out_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
                     offs: torch.Tensor | None, m_indices: torch.Tensor | None, out: torch.Tensor,
                     backend: str) -> None:  # fmt: skip
@@ -142,7 +142,7 @@ def _(a, b, a_scale, b_scale, offs, m_indices, out, backend):
     check_grouped(ROW_MAP_LAYOUTS[name], a, b, a_scale, b_scale, rows, out, None, None)
 
 
-@torch.library.custom_op(f"{LIBRARY}::grouped_gemm_masked", mutates_args=())
+@runtime.op("grouped_gemm_masked", "grouped_gemm_masked", GROUPED_NAMES)
 def _masked_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
                masked_m: torch.Tensor, expected_m: int, out_dtype: torch.dtype, backend: str) -> torch.Tensor:  # fmt: skip
     return run_grouped(backend, GROUPED_MASKED, a, b, a_scale, b_scale, masked_m, None, out_dtype, expected_m)
@@ -154,7 +154,7 @@ def _(a, b, a_scale, b_scale, masked_m, expected_m, out_dtype, backend):
     return a.new_empty(out_shape, dtype=dtype)
 
 
-@torch.library.custom_op(f"{LIBRARY}::grouped_gemm_masked_out", mutates_args=("out",))
+@runtime.op("grouped_gemm_masked_out", "grouped_gemm_masked", GROUPED_NAMES, mutates_args=("out",))
 def _masked_out_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
                    masked_m: torch.Tensor, expected_m: int, out: torch.Tensor, backend: str) -> None:  # fmt: skip
     run_grouped(backend, GROUPED_MASKED, a, b, a_scale, b_scale, masked_m, out, None, expected_m)
@@ -165,8 +165,6 @@ def _(a, b, a_scale, b_scale, masked_m, expected_m, out, backend):
     check_grouped(GROUPED_MASKED, a, b, a_scale, b_scale, masked_m, out, None, None)
 
 
-runtime.refuse_autograd(_grouped_op, "grouped_gemm", GROUPED_NAMES)
-runtime.refuse_autograd(_masked_op, "grouped_gemm_masked", GROUPED_NAMES)
 _ops = getattr(torch.ops, LIBRARY)
 
 

@@ -135,7 +135,7 @@ def _checked_linear(x, weight, weight_scale, bias, pow2: bool, backend_name):
     return _finish(y, x, bias)
 
 
-@torch.library.custom_op(f"{LIBRARY}::linear", mutates_args=())
+@runtime.op("linear", "linear", LINEAR_NAMES)
 def _linear_op(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
                pow2_scales: bool, backend: str) -> torch.Tensor:  # fmt: skip
     return _linear(x, weight, weight_scale, bias, pow2_scales, backend or None)
@@ -147,7 +147,6 @@ def _(x, weight, weight_scale, bias, pow2_scales, backend):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-runtime.refuse_autograd(_linear_op, "linear", LINEAR_NAMES)
 _ops = getattr(torch.ops, LIBRARY)
 
 

@@ -269,7 +269,7 @@ def run_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, a
 # --- the torch.library op: what torch.compile and graph capture see ----------------------------------------------
 
 
-@torch.library.custom_op(f"{LIBRARY}::fused_experts", mutates_args=())
+@runtime.op("fused_experts", "fused_experts", MOE_NAMES)
 def _fused_experts_op(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w13: torch.Tensor,
                       w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor, activation: str,
                       pow2_scales: bool, layout: str, backend: str) -> torch.Tensor:  # fmt: skip
@@ -283,7 +283,6 @@ def _(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2_
     return x.new_empty((shape.tokens, shape.hidden))
 
 
-runtime.refuse_autograd(_fused_experts_op, "fused_experts", MOE_NAMES)
 _ops = getattr(torch.ops, LIBRARY)
 
 

@@ -115,7 +115,7 @@ def run_gemm(backend_name: str | None, a, b, a_scale, b_scale, out, out_dtype, n
 # --- torch.library ops: what torch.compile and graph capture see -----------------------------------
 
 
-@torch.library.custom_op(f"{LIBRARY}::gemm", mutates_args=())
+@runtime.op("gemm", "gemm", GEMM_NAMES)
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
              out_dtype: torch.dtype, backend: str) -> torch.Tensor:  # fmt: skip
     return run_gemm(backend, a, b, a_scale, b_scale, None, out_dtype)
@@ -127,7 +127,7 @@ def _(a, b, a_scale, b_scale, out_dtype, backend):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=dtype)
 
 
-@torch.library.custom_op(f"{LIBRARY}::gemm_out", mutates_args=("out",))
+@runtime.op("gemm_out", "gemm", (*GEMM_NAMES, "out"), mutates_args=("out",))
 def _gemm_out_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
                  out: torch.Tensor, backend: str) -> None:  # fmt: skip
     run_gemm(backend, a, b, a_scale, b_scale, out, None)
@@ -138,7 +138,6 @@ def _(a, b, a_scale, b_scale, out, backend):
     check_inputs(a, b, a_scale, b_scale, out, None, None)
 
 
-runtime.refuse_autograd(_gemm_op, "gemm", GEMM_NAMES)
 _ops = getattr(torch.ops, LIBRARY)
 
 

@@ -125,7 +125,7 @@ def quantize_rows(x, fp8_dtype, pow2_scales: bool, backend: str | None, name: st
     return q, scale
 
 
-@torch.library.custom_op(f"{LIBRARY}::quantize_activation", mutates_args=())
+@runtime.op("quantize_activation", "quantize_activation", ("x",))
 def _quantize_op(x: torch.Tensor, fp8_dtype: torch.dtype | None, pow2_scales: bool,
                  backend: str) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     return quantize_rows(x, fp8_dtype, pow2_scales, backend or None)
@@ -141,7 +141,6 @@ def _(x, fp8_dtype, pow2_scales, backend):
     return q, empty_scale(m, k // BLOCK, layout, x.device)[0]
 
 
-runtime.refuse_autograd(_quantize_op, "quantize_activation", ("x",))
 _ops = getattr(torch.ops, LIBRARY)
 
 

@@ -78,17 +78,44 @@ def refuse_grad(op: str, names: tuple[str, ...], tensors: tuple) -> None:
                 raise grad_error(op, name)
 
 
-def refuse_autograd(op, public_name: str, arg_names: tuple[str, ...]) -> None:
-    """Register on a ``torch.library`` op an autograd formula that refuses at call time, naming the argument:
-    direct ``torch.ops`` calls and torch.compile's traces get the same error as the eager entry points."""
+# --- the torch.library ops ------------------------------------------------------------------------------------
 
-    def setup_context(ctx, inputs, output):
-        for name, t in zip(arg_names, inputs, strict=False):
-            if isinstance(t, torch.Tensor) and t.requires_grad:
-                raise grad_error(public_name, name)
-        raise grad_error(public_name, "an input")
+_library = torch.library.Library(LIBRARY, "FRAGMENT")
+_infer_schema = getattr(torch.library, "infer_schema", None) or torch._library.infer_schema.infer_schema  # torch 2.4
 
-    op.register_autograd(lambda ctx, *grads: None, setup_context=setup_context)
+
+class Op:
+    """``fn`` (annotated as for ``torch.library.custom_op``) as the op ``torch.ops.<LIBRARY>.<name>``, registered with
+    the low-level ``torch.library`` API: custom_op's per-call wrappers cost a compiled model 44 us per call on an H100
+    host (docs/benchmarks.md, "Host overhead"). Its autograd kernel refuses an input that requires grad (no op has a
+    backward), then runs the op below autograd and bumps the version of every tensor it writes."""
+
+    def __init__(self, name: str, fn, public: str, arg_names: tuple[str, ...], mutates_args: tuple[str, ...]):
+        self.qualname = f"{LIBRARY}::{name}"
+        _library.define(name + _infer_schema(fn, mutates_args=mutates_args))
+        _library.impl(name, fn, "CompositeExplicitAutograd")
+        overload = getattr(getattr(torch.ops, LIBRARY), name).default
+        written = [i for i, a in enumerate(overload._schema.arguments) if a.alias_info and a.alias_info.is_write]
+
+        def autograd_kernel(*args):
+            refuse_grad(public, arg_names, args)
+            with torch._C._AutoDispatchBelowADInplaceOrView():
+                result = overload(*args)
+            for i in written:
+                torch.autograd.graph.increment_version(args[i])
+            return result
+
+        _library.impl(name, autograd_kernel, "Autograd")
+
+    def register_fake(self, fn):
+        torch.library.register_fake(self.qualname, fn, lib=_library)
+        return fn
+
+
+def op(name: str, public: str, arg_names: tuple[str, ...], mutates_args: tuple[str, ...] = ()):
+    """Decorator: the function becomes ``torch.ops.<LIBRARY>.<name>`` (:class:`Op`); ``public`` and ``arg_names``
+    name the entry point and its tensors in the grad refusal."""
+    return lambda fn: Op(name, fn, public, arg_names, mutates_args)
 
 
 # --- the backend for a device, as the steady-state call needs it ---------------------------------------------
