@@ -7,7 +7,8 @@
 #           kernel (ci/build_hub.py with a freshly built sm90a wheel, /tmp/hub) for the LOCAL_KERNELS route
 # SKIP_BUILD=1: installed already (a warm machine). MOE_JSON: an earlier partial moe.json to resume.
 # MOE_TIMEOUT / MODELS_TIMEOUT: seconds (default 540 each). MODELS_ARGS: more models.py options, e.g.
-# "--models qwen3-moe --name models_moe" to split the full run over two commands. Needs .whl/kernels-*.whl carried if kernels is missing.
+# "--models qwen3-moe --name models_moe" to split the full run over two commands. Needs .whl/kernels-*.whl carried if kernels is missing,
+# in the installed transformers' range (ci/gpu/kernels_wheels.py picks it; kernels 0.16 also needs its kernels_data).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export CXX=/usr/bin/g++-13 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} CUDACXX=$(command -v nvcc) PYTHONUNBUFFERED=1 \
@@ -16,8 +17,9 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   bash ci/gpu/grouped.sh || exit 1
 fi
 export PYTHONPATH=/tmp/dg/DeepGEMM
-python3 -c "import kernels" 2>/dev/null || python3 -m pip install -q --no-deps .whl/kernels-*.whl > "$OUT/kernels.log" 2>&1 \
-  || echo "kernels is not installed and .whl/kernels-*.whl is missing: transformers' FP8 paths will report it"
+python3 -c "import kernels" 2>/dev/null || { wheels=$(python3 ci/gpu/kernels_wheels.py .whl) \
+  && python3 -m pip install -q --no-deps $wheels > "$OUT/kernels.log" 2>&1; } \
+  || echo "kernels is not installed and .whl has none in the installed transformers' range: its FP8 paths will report it"
 python3 -c "import transformers, kernels, deep_gemm; print('transformers', transformers.__version__, 'kernels', kernels.__version__)" 2>&1 | tail -1
 hub() {  # the Hub layout of ci/build_hub.py with this machine's sm90a wheel (the LOCAL_KERNELS route)
   [ -f /tmp/hub/build.toml ] && return 0
