@@ -27,16 +27,16 @@ def hub(tmp_path_factory):
     return out
 
 
-def load(path: Path):
+def load(path: Path, backend: str | None = None):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("HF_HUB_OFFLINE", "1")
-        return kernels.get_local_kernel(path)
+        return kernels.get_local_kernel(path, backend=backend)
 
 
 def test_cpu_variant_loads_and_matches_the_installed_core(hub):
     import fp8gemm
 
-    kernel = load(hub)  # resolves build/torch-cpu for CPU torch
+    kernel = load(hub, backend="cpu")  # resolves build/torch-cpu (a CUDA torch would look for a CUDA variant)
     meta = json.loads((hub / "build" / "torch-cpu" / "metadata.json").read_text())
     assert kernel.__name__ == meta["id"] and meta["name"] == "fp8gemm" and meta["backend"] == {"type": "cpu"}
     x = torch.randn(33, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)

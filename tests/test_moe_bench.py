@@ -209,7 +209,8 @@ def test_a_wrong_path_is_reported_not_timed_and_a_failing_one_does_not_stop_the_
 
     monkeypatch.setitem(moe_peers.PATHS, OURS_MASKED, broken)
     monkeypatch.setitem(moe_peers.PATHS, GROUPED_ALONE, failing)
-    monkeypatch.setattr(moe_bench, "missing_paths", lambda device: {})
+    # the real peers stay out: DeepGEMM given CPU tensors would run on a GPU with host pointers
+    monkeypatch.setattr(moe_bench, "missing_paths", lambda device: moe_peers.missing_paths(torch.device("cpu")))
     report = moe_bench.run("cpu", CASES[:1], models=TINY, progress=lambda t: None, timer=_wall_timer)
     row = report["rows"][0]
     assert OURS_MASKED not in row["us"] and row["errors"][OURS_MASKED].startswith("wrong: relative error")

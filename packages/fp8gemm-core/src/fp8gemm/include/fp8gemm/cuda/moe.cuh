@@ -11,6 +11,8 @@
 #include "fp8gemm/moe_steps.cuh"
 
 namespace fp8gemm::cuda {
+// Internal linkage: one library may link several arch packages, each with its own copy of these kernels.
+namespace {
 
 struct MoeArch : E4m3Arch {
   static __device__ __forceinline__ void barrier() { __syncthreads(); }
@@ -73,4 +75,5 @@ inline void launch_moe_step(const MoeArgs& args, const char* package) {
   if (err != cudaSuccess) throw std::runtime_error(std::string(package) + ": moe step kernel launch: " + cudaGetErrorString(err));
 }
 
+}  // namespace
 }  // namespace fp8gemm::cuda

@@ -11,6 +11,8 @@
 #include "fp8gemm/quantize_rows.cuh"
 
 namespace fp8gemm::cuda {
+// Internal linkage: one library may link several arch packages, each with its own copy of these kernels.
+namespace {
 
 // blockIdx.x: the K block; blockIdx.y: kQuantRows rows (grid-strided past 65535 of them).
 template <int kIn>
@@ -38,4 +40,5 @@ inline void launch_quantize(const QuantizeArgs& args, const char* package) {
   if (err != cudaSuccess) throw std::runtime_error(std::string(package) + ": quantize kernel launch: " + cudaGetErrorString(err));
 }
 
+}  // namespace
 }  // namespace fp8gemm::cuda

@@ -8,6 +8,8 @@
 #include <cstdint>
 
 namespace fp8gemm::cuda {
+// Internal linkage: one library may link several arch packages, each with its own copy of these kernels.
+namespace {
 
 __global__ void reduce_splits(const float* __restrict__ partial, void* out, int m, int n, int64_t ldo, int splits,
                               int out_fp32) {
@@ -39,4 +41,5 @@ inline void enqueue_reduce_splits(const float* partial, void* out, int m, int n,
                                                                                                  splits, out_fp32);
 }
 
+}  // namespace
 }  // namespace fp8gemm::cuda
