@@ -198,3 +198,29 @@ def test_binary_links_neither_torch_nor_the_cuda_runtime(built):
     assert not any("torch" in lib or "c10" in lib or "cudart" in lib or lib.startswith("libcuda.") for lib in needed), (
         needed
     )
+
+
+def test_every_cuda_arch_links_into_one_library(tmp_path):
+    """The core's shared kernel headers compiled once per CUDA arch package link into one library (the hub's CUDA
+    variant holds them all), with no symbol of theirs shared between the arches: each launches its own cubin."""
+    nvcc = require_tool("nvcc")
+    include = ROOT / "packages" / "fp8gemm-core" / "src" / "fp8gemm" / "include"
+    objects: dict[str, list] = {}
+    for package, (target, _, _) in PACKAGES.items():
+        csrc = ROOT / "packages" / package / "csrc"
+        for source in ("moe.cu", "quantize.cu", "launch.cu"):
+            obj = tmp_path / f"{package}_{source}.o"
+            cmd = [nvcc, "-std=c++17", "-c", f"-arch={target}", f"-I{include}", f"-I{csrc}", "-Xcompiler", "-fPIC"]
+            subprocess.run([*cmd, str(csrc / source), "-o", str(obj)], check=True, capture_output=True)
+            objects.setdefault(package, []).append(obj)
+    every = [o for objs in objects.values() for o in objs]
+    linked = subprocess.run([nvcc, "-shared", *map(str, every), "-o", str(tmp_path / "all.so")], capture_output=True)
+    assert linked.returncode == 0, linked.stderr.decode()[-3000:]
+    nm = require_tool("nm")
+
+    def kernel_symbols(objs) -> set[str]:
+        out = subprocess.run([nm, "--defined-only", *map(str, objs)], capture_output=True, text=True).stdout
+        return {line.split()[-1] for line in out.splitlines() if "fp8gemm" in line and "__device_stub" in line}
+
+    shared = set.intersection(*(kernel_symbols(objs) for objs in objects.values()))
+    assert not shared, shared
