@@ -35,6 +35,7 @@ from .quantize import quantize_activation
 OURS_CONTIGUOUS = "fp8gemm.fused_experts contiguous"
 OURS_MASKED = "fp8gemm.fused_experts masked"
 GROUPED_ALONE = "our 2 grouped GEMMs alone (pre-permuted, pre-quantized)"
+STEP_FLOOR = "our 2 grouped GEMMs + 4 one-element launches (the step launches' floor)"
 BF16_LOOP = "bf16 transformers eager loop (F.linear per expert)"
 BF16_GROUPED = "bf16 transformers grouped_mm (torch._grouped_mm)"
 DG_PIPELINE = "DeepGEMM pipeline (device-side padded M bound)"
@@ -43,13 +44,16 @@ HF_FP8 = "transformers FP8Experts grouped_mm on fp8gemm.hf"
 OURS = (OURS_CONTIGUOUS, OURS_MASKED)
 BF16_PATHS = (BF16_LOOP, BF16_GROUPED)
 DEEPGEMM_PATHS = (DG_PIPELINE, DG_PIPELINE_EXACT)
-PATH_ORDER = (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, BF16_LOOP, BF16_GROUPED, DG_PIPELINE, DG_PIPELINE_EXACT,
-              HF_FP8)  # fmt: skip
+PATH_ORDER = (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, STEP_FLOOR, BF16_LOOP, BF16_GROUPED, DG_PIPELINE,
+              DG_PIPELINE_EXACT, HF_FP8)  # fmt: skip
 NOTES = {
     OURS_CONTIGUOUS: "fp8gemm.fused_experts(..., layout='contiguous'): T*k rows sorted by expert, two grouped GEMMs",
     OURS_MASKED: "fp8gemm.fused_experts(..., layout='masked'): E*T rows, T per expert; run where E*T rows fit",
     GROUPED_ALONE: "fp8gemm.grouped_gemm twice (offs; gate/up fp32 out, down bf16 out) on rows permuted and "
     "quantized beforehand: the bound of the layer's GEMMs, no quantization, routing or combine",
+    STEP_FLOOR: "the same two grouped GEMMs with a one-element torch launch wherever fused_experts launches a step "
+    "kernel (route, quantize-scatter, activation, combine): what four launches cost in the same graph, the floor of a "
+    "pipeline of separate step kernels; decode cases only",
     BF16_LOOP: "transformers' eager experts forward (Qwen3MoeExperts / DeepseekV3Experts): a Python loop over the "
     "experts hit, F.linear on each one's rows, index_add_; the routing is resolved on the host once (its nonzero / "
     "where host reads removed so it captures in a CUDA graph): a lower bound of the eager forward",
@@ -138,8 +142,9 @@ def sort_by_expert(topk_ids: torch.Tensor, experts: int):
     return sorted_expert, order, ends.to(torch.int32)
 
 
-def grouped_alone(inp: Inputs, w: Fp8Weights):
-    """Our two grouped GEMMs on rows already sorted, permuted and quantized (both inputs made once, here)."""
+def grouped_alone(inp: Inputs, w: Fp8Weights, step_launches: bool = False):
+    """Our two grouped GEMMs on rows already sorted, permuted and quantized (both inputs made once, here); with
+    step_launches, a one-element launch where each of fused_experts' step kernels runs."""
     _, order, offs = sort_by_expert(inp.topk_ids, inp.experts)
     inter = w.w2.shape[2]
     xq, xs = quantize_activation(inp.x, fp8_dtype=w.w13.dtype)
@@ -152,9 +157,18 @@ def grouped_alone(inp: Inputs, w: Fp8Weights):
     h_out = torch.zeros_like(h)
     y = torch.zeros(a1.shape[0], w.w2.shape[1], dtype=torch.bfloat16, device=a1.device)
 
+    tick = torch.zeros(1, dtype=torch.int32, device=a1.device)
+
+    def steps(n: int) -> None:
+        for _ in range(n if step_launches else 0):
+            tick.add_(1)
+
     def run():
+        steps(2)  # route, quantize-scatter
         grouped_gemm(a1, w.w13, s1, w.w13_prepared, offs, out=h_out, backend=inp.backend)
+        steps(1)  # activation
         grouped_gemm(a2, w.w2, s2, w.w2_prepared, offs, out=y, backend=inp.backend)
+        steps(1)  # combine
         return y
 
     position = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
@@ -386,6 +400,7 @@ PATHS: dict[str, Callable] = {
     OURS_CONTIGUOUS: ours("contiguous"),
     OURS_MASKED: ours("masked"),
     GROUPED_ALONE: grouped_alone,
+    STEP_FLOOR: lambda inp, w: grouped_alone(inp, w, step_launches=True),
     BF16_LOOP: bf16_loop,
     BF16_GROUPED: bf16_grouped,
     DG_PIPELINE: deepgemm_pipeline,
