@@ -29,9 +29,10 @@ import time
 import traceback
 from pathlib import Path
 
+from model_summary import HF_ROUTES, TARGETS, rel, summarize
+
 REPO_ID = "kernels-community/finegrained-fp8"
 VARIANTS = ("bf16", "convert", "hf-fp8-local", "hf-fp8-python", "hf-fp8-experts")
-HF_ROUTES = ("hf-fp8-local", "hf-fp8-python")  # the two kernel routes: the same Python, bitwise equal logits
 HF_VARIANTS = (*HF_ROUTES, "hf-fp8-experts")  # transformers' FP8 models
 MOE_ONLY = ("hf-fp8-experts",)  # run on models with experts only
 BATCHES = ((1, 1), (8, 1), (32, 1), (1, 512), (4, 2048))  # (batch, seq): decode steps, then prefills
@@ -59,7 +60,6 @@ TINY = {
                       num_key_value_heads=2, head_dim=64, vocab_size=512, decoder_sparse_step=1, mlp_only_layers=[]),
 }  # fmt: skip
 TINY_BATCHES = ((1, 1), (2, 16))
-TARGETS = {"hf_fp8_vs_convert_min": 0.95, "hf_fp8_vs_bf16_min": 1.0, "moe_convert_vs_bf16_min": 1.0}
 
 
 def config_of(spec: dict):
@@ -311,56 +311,6 @@ def build_model(spec: dict, directory: Path, device: str, seed: int) -> dict:
     return {"config": {k: v for k, v in spec.items()}, "parameters": params}
 
 
-def _rel(a, b) -> float:
-    d = (a.double() - b.double()).norm().item()
-    n = b.double().norm().item()
-    return d / n if n else d
-
-
-def summarize(results: dict) -> dict:
-    out: dict = {}
-    for model, variants in results.items():
-        s: dict = {}
-        graph = {v: r.get("times_us", {}).get("cuda_graph") or r.get("times_us", {}).get("wall_cpu", {})
-                 for v, r in variants.items()}  # fmt: skip
-        batches = sorted({k for t in graph.values() for k in t}, key=lambda k: tuple(map(int, k.split("x"))))
-
-        def speed(fast, slow, batch, graph=graph):
-            t = graph.get(fast, {}), graph.get(slow, {})
-            return t[1][batch] / t[0][batch] if batch in t[0] and batch in t[1] else None
-
-        for route in HF_ROUTES:
-            vs_convert = {b: speed(route, "convert", b) for b in batches}
-            vs_bf16 = {b: speed(route, "bf16", b) for b in batches}
-            s[f"{route} speed over convert"] = _target(vs_convert, TARGETS["hf_fp8_vs_convert_min"])
-            s[f"{route} speed over bf16"] = _target(vs_bf16, TARGETS["hf_fp8_vs_bf16_min"], strict=True)
-        convert = {b: speed("convert", "bf16", b) for b in batches}
-        s["convert speed over bf16"] = _target(convert, TARGETS["moe_convert_vs_bf16_min"] if "moe" in model else None,
-                                               strict=True)  # fmt: skip
-        if "hf-fp8-experts" in graph and graph["hf-fp8-experts"]:
-            for base in ("convert", "hf-fp8-python"):
-                per_batch = {b: speed("hf-fp8-experts", base, b) for b in batches}
-                target = TARGETS["hf_fp8_vs_convert_min"] if base == "convert" else None
-                s[f"hf-fp8-experts speed over {base}"] = _target(per_batch, target)
-        s["logits_rel_err_vs_bf16"] = {v: r.get("logits_rel_err_vs_bf16") for v, r in variants.items() if v != "bf16"}
-        s["routes_bitwise_equal"] = variants.get("hf-fp8-python", {}).get("logits_bitwise_equal_to_local_route")
-        if "hf-fp8-experts" in variants:
-            experts = variants["hf-fp8-experts"]
-            s["hf-fp8-experts logits"] = {k: experts.get(k) for k in ("logits_rel_err_vs_hf_fp8_python",
-                                                                      "logits_bitwise_equal_to_convert")}  # fmt: skip
-        out[model] = s
-    return out
-
-
-def _target(per_batch: dict, target: float | None, strict: bool = False) -> dict:
-    got = {b: v for b, v in per_batch.items() if v is not None}
-    out: dict = {"per_batch": got}
-    if target is not None:
-        out["target"] = f"{'>' if strict else '>='} {target} at every batch"
-        out["met"] = all((v > target if strict else v >= target) for v in got.values()) if got else None
-    return out
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda")
@@ -459,10 +409,10 @@ def main(argv=None) -> int:
                 if logits_file.exists():
                     logits[variant] = torch.load(logits_file)
                     if "bf16" in logits and variant != "bf16":
-                        result["logits_rel_err_vs_bf16"] = _rel(logits[variant], logits["bf16"])
+                        result["logits_rel_err_vs_bf16"] = rel(logits[variant], logits["bf16"])
                 if variant == "hf-fp8-experts":
                     if "hf-fp8-python" in logits and variant in logits:
-                        result["logits_rel_err_vs_hf_fp8_python"] = _rel(logits[variant], logits["hf-fp8-python"])
+                        result["logits_rel_err_vs_hf_fp8_python"] = rel(logits[variant], logits["hf-fp8-python"])
                     if "convert" in logits and variant in logits:
                         result["logits_bitwise_equal_to_convert"] = torch.equal(logits[variant], logits["convert"])
                 if variant == "hf-fp8-python" and {"hf-fp8-local", "hf-fp8-python"} <= logits.keys():
