@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 from isa import (
@@ -201,10 +202,13 @@ def test_binary_links_neither_torch_nor_the_cuda_runtime(built):
 
 
 def test_every_cuda_arch_links_into_one_library(tmp_path):
-    """The core's shared kernel headers compiled once per CUDA arch package link into one library (the hub's CUDA
-    variant holds them all), with no symbol of theirs shared between the arches: each launches its own cubin."""
-    nvcc = require_tool("nvcc")
+    """The core's shared headers compiled once per CUDA arch package link into one library (the hub's CUDA variant
+    holds them all) with no kernel and no build_info shared between the arches: each launches its own cubin and
+    reports its own targets. Identical pure helpers (ceil_div, moe_grid, ...) may merge."""
+    pybind11 = pytest.importorskip("pybind11")
+    nvcc, cxx = require_tool("nvcc"), require_tool("g++")
     include = ROOT / "packages" / "fp8gemm-core" / "src" / "fp8gemm" / "include"
+    python_headers = [f"-I{pybind11.get_include()}", f"-I{sysconfig.get_paths()['include']}"]
     objects: dict[str, list] = {}
     for package, (target, _, _) in PACKAGES.items():
         csrc = ROOT / "packages" / package / "csrc"
@@ -213,14 +217,23 @@ def test_every_cuda_arch_links_into_one_library(tmp_path):
             cmd = [nvcc, "-std=c++17", "-c", f"-arch={target}", f"-I{include}", f"-I{csrc}", "-Xcompiler", "-fPIC"]
             subprocess.run([*cmd, str(csrc / source), "-o", str(obj)], check=True, capture_output=True)
             objects.setdefault(package, []).append(obj)
-    every = [o for objs in objects.values() for o in objs]
-    linked = subprocess.run([nvcc, "-shared", *map(str, every), "-o", str(tmp_path / "all.so")], capture_output=True)
+        info = tmp_path / f"{package}_info.cpp"  # what module.cpp does with build_info.hpp, its macros per arch
+        info.write_text(
+            f'#include "fp8gemm/build_info.hpp"\npybind11::dict info_{target}() {{ return fp8gemm::build_info("k"); }}\n'
+        )
+        macros = [f'-DFP8GEMM_TARGETS="{target}"', '-DFP8GEMM_ARCH_FLAGS=""', '-DFP8GEMM_COMPILER=""']
+        obj = tmp_path / f"{package}_info.o"
+        subprocess.run([cxx, "-std=c++17", "-c", "-fPIC", f"-I{include}", *python_headers, *macros, str(info), "-o",
+                        str(obj)], check=True, capture_output=True)  # fmt: skip
+        objects[package].append(obj)
+    every = [str(o) for objs in objects.values() for o in objs]
+    linked = subprocess.run([nvcc, "-shared", *every, "-o", str(tmp_path / "all.so")], capture_output=True)
     assert linked.returncode == 0, linked.stderr.decode()[-3000:]
     nm = require_tool("nm")
 
-    def kernel_symbols(objs) -> set[str]:
+    def external_symbols(objs) -> set[str]:
         out = subprocess.run([nm, "--defined-only", *map(str, objs)], capture_output=True, text=True).stdout
-        return {line.split()[-1] for line in out.splitlines() if "fp8gemm" in line and "__device_stub" in line}
+        return {f[2] for f in (line.split() for line in out.splitlines()) if len(f) == 3 and f[1] in "TWVRDBu"}
 
-    shared = set.intersection(*(kernel_symbols(objs) for objs in objects.values()))
-    assert not shared, shared
+    shared = set.intersection(*(external_symbols(objs) for objs in objects.values()))
+    assert not [s for s in shared if "__device_stub" in s or "build_info" in s], shared

@@ -6,6 +6,8 @@
 #include <string>
 
 namespace fp8gemm {
+// Internal linkage: the macros differ per arch, and one library may link several arch packages' modules.
+namespace {
 
 inline pybind11::dict build_info(const char* kernel) {
   pybind11::dict info;
@@ -19,4 +21,5 @@ inline pybind11::dict build_info(const char* kernel) {
   return info;
 }
 
+}  // namespace
 }  // namespace fp8gemm
