@@ -1,0 +1,99 @@
+"""Host time of one small `linear` call by each way it can be called, against bf16 `F.linear` (docs/benchmarks.md,
+"Host overhead"): eager `fp8gemm.linear`, the `torch.ops` op, and a one-op function under `torch.compile`.
+
+    python3 ci/host_overhead.py             # a GPU: the installed backend, 8 x 4096 x 4096
+    python3 ci/host_overhead.py --null      # any machine: CPU tensors play a GPU whose entries return at once, so the
+                                            # times are fp8gemm's Python path alone (and F.linear's CPU compute)
+
+Each time is the best of seven loops (garbage collection off), in us per call, under `--mode` (no_grad or
+inference_mode). `--profile` adds a cProfile of the compiled calls (the functions that took the most own time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import functools
+import gc
+import pstats
+import sys
+import time
+
+import fp8gemm
+import torch
+import torch.nn.functional as F
+from fp8gemm import registry, runtime
+from fp8gemm.protocol import Backend
+from fp8gemm.registry import DeviceInfo, InstalledBackend
+
+
+def use_null_backend() -> None:
+    """An sm90a-like backend whose entries do nothing; CPU tensors play its device 0 (process-wide, for this tool)."""
+    null = Backend(name="null", platform="cuda", targets=("sm_90a",), fp8_dtype="float8_e4m3fn", version="0",
+                   launch=lambda address: None, quantize=lambda address: None, linear=lambda address: None,
+                   linear_workspace_bytes=lambda m, n, k, kind: 0)  # fmt: skip
+    registry._discover = functools.lru_cache(maxsize=1)(lambda: (InstalledBackend("null = tool", "tool", null, None),))
+    registry.describe_device = lambda device: DeviceInfo("cuda", "null", ("sm_90a",), "9.0")
+    runtime.on_device = lambda device: contextlib.nullcontext()
+    runtime.device_index = lambda t: 0 if t.device.type == "cpu" else -1
+    runtime.current_device = lambda: 0
+    runtime.raw_stream = lambda index: 0
+    runtime.capturing = lambda: False
+    registry.clear_caches()
+
+
+def per_call_us(fn, calls: int) -> float:
+    for _ in range(100):
+        fn()
+    best = float("inf")
+    for _ in range(7):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--null", action="store_true", help="the null backend on CPU tensors")
+    p.add_argument("--shape", default="8,4096,4096", help="M,N,K (default %(default)s)")
+    p.add_argument("--mode", choices=("no_grad", "inference_mode"), default="inference_mode")
+    p.add_argument("--calls", type=int, default=1000)
+    p.add_argument("--profile", action="store_true")
+    args = p.parse_args(argv)
+    m, n, k = map(int, args.shape.split(","))
+    device = "cpu" if args.null else "cuda"
+    if args.null:
+        use_null_backend()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
+    w_bf16 = torch.randn(n, k, generator=gen).to(device, torch.bfloat16)
+    w, s = fp8gemm.quantize_weight(w_bf16.float())
+    gc.disable()
+    with getattr(torch, args.mode)():
+        compiled_bf16 = torch.compile(lambda x: F.linear(x, w_bf16))
+        compiled_ours = torch.compile(lambda x: fp8gemm.linear(x, w, s))
+        calls = {
+            "F.linear (bf16)": lambda: F.linear(x, w_bf16),
+            "fp8gemm.linear": lambda: fp8gemm.linear(x, w, s),
+            "torch.ops.fp8gemm.linear": lambda: torch.ops.fp8gemm.linear.default(x, w, s, None, False, ""),
+            "compiled F.linear (bf16)": lambda: compiled_bf16(x),
+            "compiled fp8gemm.linear": lambda: compiled_ours(x),
+        }
+        where = "null backend, CPU tensors" if args.null else torch.cuda.get_device_name()
+        print(f"{m} x {n} x {k}, {args.mode}, {where}, torch {torch.__version__}")
+        for name, fn in calls.items():
+            print(f"  {name:28s} {per_call_us(fn, args.calls):7.1f} us/call")
+        if args.profile:
+            profile = cProfile.Profile()
+            profile.runcall(lambda: [compiled_ours(x) for _ in range(args.calls)])
+            pstats.Stats(profile).sort_stats("tottime").print_stats(15)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
