@@ -257,6 +257,11 @@ def worker(args) -> int:
                 except Exception as exc:
                     result["errors"][f"torch_compile {key}"] = (f"{type(exc).__name__}: "
                                                                 f"{str(exc).splitlines()[0][:300]}")  # fmt: skip
+                # one graph and no break expected; else the time holds eager parts
+                from torch._dynamo.utils import counters
+
+                result["compile_graphs"] = {"graphs": counters["stats"]["unique_graphs"],
+                                            "breaks": sum(counters["graph_break"].values())}  # fmt: skip
                 save()
     except Exception as exc:
         result["errors"]["load"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
