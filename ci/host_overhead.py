@@ -1,5 +1,6 @@
 """Host time of one small `linear` call by each way it can be called, against bf16 `F.linear` (docs/benchmarks.md,
-"Host overhead"): eager `fp8gemm.linear`, the `torch.ops` op, and a one-op function under `torch.compile`.
+"Host overhead"): eager `fp8gemm.linear`, the `torch.ops` op, and a one-op function under `torch.compile`; and of one
+`fused_experts` call at M tokens (E = 128 experts, top 8, H = K, I = 768; `--null`: I = 128).
 
     python3 ci/host_overhead.py             # a GPU: the installed backend, 8 x 4096 x 4096
     python3 ci/host_overhead.py --null      # any machine: CPU tensors play a GPU whose entries return at once, so the
@@ -23,16 +24,22 @@ import time
 import fp8gemm
 import torch
 import torch.nn.functional as F
-from fp8gemm import registry, runtime
-from fp8gemm.protocol import Backend
+from fp8gemm import grouped, registry, runtime
+from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS, MN_MAJOR, Backend, ScaleLayout
 from fp8gemm.registry import DeviceInfo, InstalledBackend
 
 
 def use_null_backend() -> None:
     """An sm90a-like backend whose entries do nothing; CPU tensors play its device 0 (process-wide, for this tool)."""
+
+    def none(*args):
+        return None
+
     null = Backend(name="null", platform="cuda", targets=("sm_90a",), fp8_dtype="float8_e4m3fn", version="0",
-                   launch=lambda address: None, quantize=lambda address: None, linear=lambda address: None,
-                   linear_workspace_bytes=lambda m, n, k, kind: 0)  # fmt: skip
+                   launch=none, quantize=none, linear=none, linear_workspace_bytes=lambda *a: 0,
+                   a_scale_layout=ScaleLayout(MN_MAJOR, 4), grouped_launch=none,
+                   grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS),
+                   grouped_workspace_bytes=lambda *a: 0, moe_step=none, moe_workspace_bytes=lambda *a: 0)  # fmt: skip
     registry._discover = functools.lru_cache(maxsize=1)(lambda: (InstalledBackend("null = tool", "tool", null, None),))
     registry.describe_device = lambda device: DeviceInfo("cuda", "null", ("sm_90a",), "9.0")
     runtime.on_device = lambda device: contextlib.nullcontext()
@@ -40,6 +47,7 @@ def use_null_backend() -> None:
     runtime.current_device = lambda: 0
     runtime.raw_stream = lambda index: 0
     runtime.capturing = lambda: False
+    grouped._check_values = none  # the null steps leave offs unwritten; a GPU's device values are not read here either
     registry.clear_caches()
 
 
@@ -55,6 +63,18 @@ def per_call_us(fn, calls: int) -> float:
             torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - start) / calls * 1e6)
     return best
+
+
+def experts_call(tokens: int, hidden: int, inter: int, device: str, experts: int = 128, top_k: int = 8):
+    gen = torch.Generator().manual_seed(1)
+    w13, s13 = fp8gemm.quantize_weight(torch.randn(experts * 2 * inter, hidden, generator=gen).to(device))
+    w2, s2 = fp8gemm.quantize_weight(torch.randn(experts * hidden, inter, generator=gen).to(device))
+    w13, s13 = w13.view(experts, 2 * inter, hidden), fp8gemm.prepare_weight_scale(s13.view(experts, -1, hidden // 128))
+    w2, s2 = w2.view(experts, hidden, inter), fp8gemm.prepare_weight_scale(s2.view(experts, -1, inter // 128))
+    x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)]).to(device)
+    weights = torch.rand(tokens, top_k, generator=gen).to(device)
+    return lambda: fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2)
 
 
 def main(argv=None) -> int:
@@ -86,6 +106,7 @@ def main(argv=None) -> int:
         }
         where = "null backend, CPU tensors" if args.null else torch.cuda.get_device_name()
         print(f"{m} x {n} x {k}, {args.mode}, {where}, torch {torch.__version__}")
+        calls["fused_experts"] = experts_call(m, k, 128 if args.null else 768, device)
         for name, fn in calls.items():
             print(f"  {name:28s} {per_call_us(fn, args.calls):7.1f} us/call")
         if args.profile:

@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(("op library arches", sorted(built) == sorted(args.expect_arches), f"{built}"))
     for entry in kernel.installed_backends():
         results.append((f"backend {entry.name} loads", entry.error is None, str(entry.error)))
+    targets = {e.name: e.backend.targets for e in kernel.installed_backends() if e.error is None}
+    # one library holds every arch of the variant: each must report its own build's targets
+    results.append(("each backend its own targets", len(set(targets.values())) == len(targets), f"{targets}"))
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     chosen = registry.select(device, args.backend).backend
     print(f"conformance of backend {chosen.name} on {device}")
