@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from . import runtime
-from .grouped import run_grouped
+from .grouped import launch_grouped, run_grouped, uses_grouped_kernel
+from .grouped_checks import GroupedShape
 from .protocol import (
     GROUPED_CONTIGUOUS,
     MN_MAJOR,
@@ -37,12 +38,13 @@ def step_backend(backend):
     return backend if backend.a_scale_layout.order == MN_MAJOR else None
 
 
+_UNSET = dict.fromkeys(MOE_ARGS.fields, 0)
+
+
 def _launch(backend, step: int, device: torch.device, **fields) -> None:
-    values = {name: 0 for name in MOE_ARGS.fields}
-    values.update(fields, step=step)
     with runtime.on_device(device):
-        values["stream"] = runtime.raw_stream(device.index)
-        backend.moe_step(MOE_ARGS.pack(*(values[name] for name in MOE_ARGS.fields)))
+        values = {**_UNSET, **fields, "step": step, "stream": runtime.raw_stream(device.index)}
+        backend.moe_step(MOE_ARGS.pack(*values.values()))
 
 
 def route(backend, x: torch.Tensor, topk_ids: torch.Tensor, experts: int, pow2: bool):
@@ -89,6 +91,17 @@ def combine(backend, y: torch.Tensor, position: torch.Tensor, weights: torch.Ten
     return out
 
 
+def _grouped(backend, backend_name, a, b, a_scale, b_scale, offs, out) -> None:
+    """One contiguous grouped GEMM on operands fused_experts made or checked: to the backend's kernel without the
+    public op's checks again, where it has the layout (else run_grouped picks the reference)."""
+    if not uses_grouped_kernel(backend, GROUPED_CONTIGUOUS):
+        run_grouped(backend_name, GROUPED_CONTIGUOUS, a, b, a_scale, b_scale, offs, out, None)
+    elif a.shape[0]:
+        with runtime.on_device(a.device):
+            shape = GroupedShape(b.shape[0], a.shape[0], b.shape[1], a.shape[1])
+            launch_grouped(backend, GROUPED_CONTIGUOUS, shape, a, b, a_scale, b_scale, offs, out, 0)
+
+
 def fused_contiguous(shape, backend, backend_name, x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale,
                      pow2: bool, y_dtype: torch.dtype) -> torch.Tensor:  # fmt: skip
     """The contiguous pipeline: route, gate/up GEMM, activation, down GEMM, combine. Rows past offs[-1] are neither
@@ -96,8 +109,8 @@ def fused_contiguous(shape, backend, backend_name, x, topk_ids, topk_weights, w1
     tokens, k, experts, hidden, inter = shape
     offs, position, xq, xs = route(backend, x, topk_ids, experts, pow2)
     h = torch.empty((tokens * k, 2 * inter), dtype=torch.float32, device=x.device)
-    run_grouped(backend_name, GROUPED_CONTIGUOUS, xq, w13, xs, w13_scale, offs, h, None)
+    _grouped(backend, backend_name, xq, w13, xs, w13_scale, offs, h)
     aq, a_scale = activation(backend, h, offs, pow2)
     y = torch.empty((tokens * k, hidden), dtype=y_dtype, device=x.device)
-    run_grouped(backend_name, GROUPED_CONTIGUOUS, aq, w2, a_scale, w2_scale, offs, y, None)
+    _grouped(backend, backend_name, aq, w2, a_scale, w2_scale, offs, y)
     return combine(backend, y, position, topk_weights, x.dtype)
