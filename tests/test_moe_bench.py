@@ -23,6 +23,8 @@ from fp8gemm.moe_peers import (
     OURS_CONTIGUOUS,
     OURS_MASKED,
     STEP_FLOOR,
+    STEP_FLOOR_FUSED_COMBINE,
+    STEP_FLOORS,
 )
 from fp8gemm.moe_reference import dequantize64
 
@@ -133,8 +135,9 @@ def test_the_masked_layout_runs_where_its_rows_fit_and_the_step_floor_in_decode(
     assert runs == [1, 16, 64, 256]
     runs = [t for t in moe_bench.TOKENS if OURS_MASKED in moe_bench.case_paths(qwen, moe_bench.Case("x", t, "u"))[0]]
     assert runs == [1, 16, 64, 256, 1024, 4096]
-    runs = [t for t in moe_bench.TOKENS if STEP_FLOOR in moe_bench.case_paths(qwen, moe_bench.Case("x", t, "u"))[0]]
-    assert runs == [t for t in moe_bench.TOKENS if t <= moe_bench.DECODE_MAX_TOKENS] == [1, 16, 64]
+    for floor in STEP_FLOORS:
+        runs = [t for t in moe_bench.TOKENS if floor in moe_bench.case_paths(qwen, moe_bench.Case("x", t, "u"))[0]]
+        assert runs == [t for t in moe_bench.TOKENS if t <= moe_bench.DECODE_MAX_TOKENS] == [1, 16, 64]
 
 
 def test_the_padding_of_deepgemms_pipeline():
@@ -179,11 +182,11 @@ def test_the_harness_runs_every_path_end_to_end_on_cpu_and_its_json_plots(tmp_pa
     report = moe_bench.run("cpu", CASES, models=TINY, progress=lambda t: None, timer=_wall_timer,
                            checkpoint=lambda r: saved.append(len(r["rows"])))  # fmt: skip
     assert saved == [1, 2, 3] and "partial" not in report
-    everything = {OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, STEP_FLOOR, BF16_LOOP, BF16_GROUPED, DG_PIPELINE,
+    everything = {OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, *STEP_FLOORS, BF16_LOOP, BF16_GROUPED, DG_PIPELINE,
                   DG_PIPELINE_EXACT, HF_FP8}  # fmt: skip
     for r in report["rows"]:
         assert set(r["us"]) == everything, r["errors"]
-        for name in (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, STEP_FLOOR):
+        for name in (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, *STEP_FLOORS):
             assert r["rel_err"][name] < moe_bench.YARDSTICK_BOUND
         for name in everything:
             assert r["rel_err_exact"][name] < moe_bench.EXACT_BOUND[moe_peers.WEIGHT_KIND[name]]
@@ -242,7 +245,7 @@ def test_the_summary_from_a_synthetic_report():
     rows = [row("a", 1, {OURS_CONTIGUOUS: 10.0, OURS_MASKED: 8.0, GROUPED_ALONE: 9.0, BF16_LOOP: 40.0}),
             row("a", 4096, {OURS_CONTIGUOUS: 100.0, BF16_LOOP: 150.0, DG_PIPELINE: 90.0}),
             row("b", 64, {OURS_CONTIGUOUS: 13.0, OURS_MASKED: 14.0, GROUPED_ALONE: 10.0, STEP_FLOOR: 12.5,
-                          BF16_LOOP: 13.0})]  # fmt: skip
+                          STEP_FLOOR_FUSED_COMBINE: 11.5, BF16_LOOP: 13.0})]  # fmt: skip
     s = moe_bench.summarize(rows)
     vs = s[f"{OURS_CONTIGUOUS} vs"][BF16_LOOP]
     assert vs["geomean"] == pytest.approx((4.0 * 1.5 * 1.0) ** (1 / 3)) and vs["slowest_case"] == "b T64"
@@ -251,6 +254,7 @@ def test_the_summary_from_a_synthetic_report():
     d = s["decode_ours_over_grouped_alone"]
     assert d["worst"] == pytest.approx(1.3) and d["worst_case"] == "b T64" and d["met"] is False
     assert d["step_floor"]["per_case"] == {"b T64": pytest.approx(1.25)} and d["step_floor"]["met"] is False
+    assert d["step_floor_fused_combine"]["per_case"] == {"b T64": pytest.approx(1.15)}
     assert s["masked_speed_over_contiguous"]["a"]["masked_wins_up_to_T"] == 1
     assert s["masked_speed_over_contiguous"]["b"]["masked_wins_up_to_T"] == 0
 

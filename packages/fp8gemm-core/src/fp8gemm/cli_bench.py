@@ -183,11 +183,12 @@ def print_moe_summary(report: dict) -> None:
     if d["cases"]:
         console.print(f"decode (T <= 64): fused_experts / grouped GEMMs alone: geomean {d['geomean']:.2f}, worst "
                       f"{d['worst']:.2f} ({d['worst_case']}), target <= {d['target_max']}", highlight=False)  # fmt: skip
-    floor = d.get("step_floor", {})
-    if floor.get("cases"):
-        worst = floor["per_case"].get(d["worst_case"], math.nan)
-        console.print(f"  the same GEMMs with four one-element launches: geomean {floor['geomean']:.2f}, "
-                      f"{worst:.2f} in {d['worst_case']}", highlight=False)  # fmt: skip
+    for key, launches in (("step_floor", "four"), ("step_floor_fused_combine", "three (combine in the GEMM)")):
+        floor = d.get(key, {})
+        if floor.get("cases"):
+            worst = floor["per_case"].get(d["worst_case"], math.nan)
+            console.print(f"  the same GEMMs with {launches} one-element launches: geomean {floor['geomean']:.2f}, "
+                          f"{worst:.2f} in {d['worst_case']}", highlight=False)  # fmt: skip
     for model, m in report["summary"]["masked_speed_over_contiguous"].items():
         cells = ", ".join(f"T{t} {v:.2f}" for t, v in m["by_T"].items())
         console.print(f"{model}: masked speed over contiguous {cells}", highlight=False)

@@ -45,6 +45,8 @@ from .moe_peers import (
     PATH_ORDER,
     PATHS,
     STEP_FLOOR,
+    STEP_FLOOR_FUSED_COMBINE,
+    STEP_FLOORS,
     WEIGHT_KIND,
     Bf16Weights,
     Fp8Weights,
@@ -91,7 +93,7 @@ DECODE_MAX_TOKENS = 64
 # a wrong expert, scale or permutation at O(1).
 YARDSTICK_BOUND = 6e-3
 EXACT_BOUND = {"bf16": 2e-2, "fp8": 0.1}
-YARDSTICK_PATHS = (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, STEP_FLOOR)
+YARDSTICK_PATHS = (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, *STEP_FLOORS)
 TARGETS = {"vs_bf16": 1.0, "decode_vs_grouped_alone_max": 1.2}
 
 
@@ -219,7 +221,7 @@ def case_paths(model: MoeModel, case: Case) -> tuple[list[str], dict[str, str]]:
     launches' floor past decode)."""
     skipped = {}
     if case.tokens > DECODE_MAX_TOKENS:
-        skipped[STEP_FLOOR] = f"not run: decode cases only (T <= {DECODE_MAX_TOKENS})"
+        skipped.update(dict.fromkeys(STEP_FLOORS, f"not run: decode cases only (T <= {DECODE_MAX_TOKENS})"))
     if masked_bytes(model, case.tokens) > MASKED_MAX_BYTES:
         skipped[OURS_MASKED] = (f"not run: the masked layout holds E*T = {model.experts * case.tokens} rows "
                                 f"({masked_bytes(model, case.tokens) / 2**30:.1f} GiB)")  # fmt: skip
@@ -320,6 +322,7 @@ def summarize(rows: list[dict]) -> dict:
         out[f"{ours} vs"] = block
     out["decode_ours_over_grouped_alone"] = _decode_ratio(rows, OURS_CONTIGUOUS)
     out["decode_ours_over_grouped_alone"]["step_floor"] = _decode_ratio(rows, STEP_FLOOR)
+    out["decode_ours_over_grouped_alone"]["step_floor_fused_combine"] = _decode_ratio(rows, STEP_FLOOR_FUSED_COMBINE)
     masked = {}
     for r in rows:
         if {OURS_CONTIGUOUS, OURS_MASKED} <= r["us"].keys():

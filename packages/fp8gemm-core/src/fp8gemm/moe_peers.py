@@ -21,6 +21,7 @@ tests/test_moe_bench.py), a lower bound of the eager forward. ``grouped_mm_exper
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,6 +37,8 @@ OURS_CONTIGUOUS = "fp8gemm.fused_experts contiguous"
 OURS_MASKED = "fp8gemm.fused_experts masked"
 GROUPED_ALONE = "our 2 grouped GEMMs alone (pre-permuted, pre-quantized)"
 STEP_FLOOR = "our 2 grouped GEMMs + 4 one-element launches (the step launches' floor)"
+STEP_FLOOR_FUSED_COMBINE = "our 2 grouped GEMMs + 3 one-element launches (the floor with the combine in the GEMM)"
+STEP_FLOORS = {STEP_FLOOR: (2, 1, 1), STEP_FLOOR_FUSED_COMBINE: (2, 1, 0)}  # launches before, between, after the GEMMs
 BF16_LOOP = "bf16 transformers eager loop (F.linear per expert)"
 BF16_GROUPED = "bf16 transformers grouped_mm (torch._grouped_mm)"
 DG_PIPELINE = "DeepGEMM pipeline (device-side padded M bound)"
@@ -44,7 +47,7 @@ HF_FP8 = "transformers FP8Experts grouped_mm on fp8gemm.hf"
 OURS = (OURS_CONTIGUOUS, OURS_MASKED)
 BF16_PATHS = (BF16_LOOP, BF16_GROUPED)
 DEEPGEMM_PATHS = (DG_PIPELINE, DG_PIPELINE_EXACT)
-PATH_ORDER = (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, STEP_FLOOR, BF16_LOOP, BF16_GROUPED, DG_PIPELINE,
+PATH_ORDER = (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, *STEP_FLOORS, BF16_LOOP, BF16_GROUPED, DG_PIPELINE,
               DG_PIPELINE_EXACT, HF_FP8)  # fmt: skip
 NOTES = {
     OURS_CONTIGUOUS: "fp8gemm.fused_experts(..., layout='contiguous'): T*k rows sorted by expert, two grouped GEMMs",
@@ -54,6 +57,8 @@ NOTES = {
     STEP_FLOOR: "the same two grouped GEMMs with a one-element torch launch wherever fused_experts launches a step "
     "kernel (route, quantize-scatter, activation, combine): what four launches cost in the same graph, the floor of a "
     "pipeline of separate step kernels; decode cases only",
+    STEP_FLOOR_FUSED_COMBINE: "the same without the combine's launch: the floor if the weighted combine ran in the "
+    "down GEMM's epilogue; decode cases only",
     BF16_LOOP: "transformers' eager experts forward (Qwen3MoeExperts / DeepseekV3Experts): a Python loop over the "
     "experts hit, F.linear on each one's rows, index_add_; the routing is resolved on the host once (its nonzero / "
     "where host reads removed so it captures in a CUDA graph): a lower bound of the eager forward",
@@ -142,9 +147,9 @@ def sort_by_expert(topk_ids: torch.Tensor, experts: int):
     return sorted_expert, order, ends.to(torch.int32)
 
 
-def grouped_alone(inp: Inputs, w: Fp8Weights, step_launches: bool = False):
+def grouped_alone(inp: Inputs, w: Fp8Weights, step_launches: tuple[int, int, int] = (0, 0, 0)):
     """Our two grouped GEMMs on rows already sorted, permuted and quantized (both inputs made once, here); with
-    step_launches, a one-element launch where each of fused_experts' step kernels runs."""
+    step_launches, that many one-element launches before, between and after them (where the step kernels run)."""
     _, order, offs = sort_by_expert(inp.topk_ids, inp.experts)
     inter = w.w2.shape[2]
     xq, xs = quantize_activation(inp.x, fp8_dtype=w.w13.dtype)
@@ -159,16 +164,16 @@ def grouped_alone(inp: Inputs, w: Fp8Weights, step_launches: bool = False):
 
     tick = torch.zeros(1, dtype=torch.int32, device=a1.device)
 
-    def steps(n: int) -> None:
-        for _ in range(n if step_launches else 0):
+    def steps(where: int) -> None:  # 0: route and quantize-scatter, 1: activation, 2: combine
+        for _ in range(step_launches[where]):
             tick.add_(1)
 
     def run():
-        steps(2)  # route, quantize-scatter
+        steps(0)
         grouped_gemm(a1, w.w13, s1, w.w13_prepared, offs, out=h_out, backend=inp.backend)
-        steps(1)  # activation
+        steps(1)
         grouped_gemm(a2, w.w2, s2, w.w2_prepared, offs, out=y, backend=inp.backend)
-        steps(1)  # combine
+        steps(2)
         return y
 
     position = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
@@ -400,7 +405,7 @@ PATHS: dict[str, Callable] = {
     OURS_CONTIGUOUS: ours("contiguous"),
     OURS_MASKED: ours("masked"),
     GROUPED_ALONE: grouped_alone,
-    STEP_FLOOR: lambda inp, w: grouped_alone(inp, w, step_launches=True),
+    **{name: functools.partial(grouped_alone, step_launches=launches) for name, launches in STEP_FLOORS.items()},
     BF16_LOOP: bf16_loop,
     BF16_GROUPED: bf16_grouped,
     DG_PIPELINE: deepgemm_pipeline,
