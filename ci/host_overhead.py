@@ -13,24 +13,29 @@ inference_mode). `--profile` adds a cProfile of the compiled calls (the function
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import functools
 import gc
 import pstats
 import sys
 import time
+from pathlib import Path
 
 import fp8gemm
 import torch
 import torch.nn.functional as F
-from fp8gemm import grouped, registry, runtime
+from fp8gemm import registry
 from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS, MN_MAJOR, Backend, ScaleLayout
 from fp8gemm.registry import DeviceInfo, InstalledBackend
 
 
 def use_null_backend() -> None:
-    """An sm90a-like backend whose entries do nothing; CPU tensors play its device 0 (process-wide, for this tool)."""
+    """An sm90a-like backend whose entries do nothing; CPU tensors play its device 0 (the tests' stand-in for a GPU),
+    process-wide: this tool never undoes it."""
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from conftest import cpu_tensors_play_a_gpu
 
     def none(*args):
         return None
@@ -40,14 +45,11 @@ def use_null_backend() -> None:
                    a_scale_layout=ScaleLayout(MN_MAJOR, 4), grouped_launch=none,
                    grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS),
                    grouped_workspace_bytes=lambda *a: 0, moe_step=none, moe_workspace_bytes=lambda *a: 0)  # fmt: skip
-    registry._discover = functools.lru_cache(maxsize=1)(lambda: (InstalledBackend("null = tool", "tool", null, None),))
-    registry.describe_device = lambda device: DeviceInfo("cuda", "null", ("sm_90a",), "9.0")
-    runtime.on_device = lambda device: contextlib.nullcontext()
-    runtime.device_index = lambda t: 0 if t.device.type == "cpu" else -1
-    runtime.current_device = lambda: 0
-    runtime.raw_stream = lambda index: 0
-    runtime.capturing = lambda: False
-    grouped._check_values = none  # the null steps leave offs unwritten; a GPU's device values are not read here either
+    patch = pytest.MonkeyPatch()
+    installed = (InstalledBackend("null = tool", "tool", null, None),)
+    patch.setattr(registry, "_discover", functools.lru_cache(maxsize=1)(lambda: installed))
+    patch.setattr(registry, "describe_device", lambda device: DeviceInfo("cuda", "null", ("sm_90a",), "9.0"))
+    cpu_tensors_play_a_gpu(patch)
     registry.clear_caches()
 
 

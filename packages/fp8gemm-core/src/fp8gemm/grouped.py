@@ -88,14 +88,20 @@ def run_grouped(backend_name, layout: int, a, b, a_scale, b_scale, group_rows, o
     _check_values(layout, group_rows, shape, eager)
     if out is None:
         out = torch.zeros(out_shape, dtype=dtype, device=a.device)
-    if shape.m == 0:
-        return out
+    if shape.m:
+        run_checked_grouped(backend, layout, shape, a, b, a_scale, b_scale, group_rows, out, expected_m)
+    return out
+
+
+def run_checked_grouped(backend, layout: int, shape: GroupedShape, a, b, a_scale, b_scale, group_rows, out,
+                        expected_m: int = 0) -> None:  # fmt: skip
+    """Checked operands of M > 0 rows to ``backend``'s grouped kernel on a's device where it has ``layout``, else
+    to the grouped reference."""
     if uses_grouped_kernel(backend, layout):
         with runtime.on_device(a.device):
             launch_grouped(backend, layout, shape, a, b, a_scale, b_scale, group_rows, out, expected_m)
     else:
         reference_grouped(layout, a, b, a_scale, b_scale, group_rows, out)
-    return out
 
 
 def check_expected_m(expected_m) -> int:

@@ -257,7 +257,7 @@ def run_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, a
     y_dtype = torch.bfloat16 if x.dtype is torch.bfloat16 else torch.float32
     steps = moe_steps.step_backend(backend) if layout == "contiguous" else None
     if steps is not None:  # the backend's step kernels: six launches
-        return moe_steps.fused_contiguous(shape, steps, backend_name, x, topk_ids, topk_weights, w13, w13_scale, w2,
+        return moe_steps.fused_contiguous(shape, steps, x, topk_ids, topk_weights, w13, w13_scale, w2,
                                           w2_scale, pow2, y_dtype)  # fmt: skip
     xq, xs = quantize_rows(x, w13.dtype, pow2, backend_name)  # once per token: rows are gathered in FP8
     run = _masked if layout == "masked" else _contiguous

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import runtime
-from .grouped import launch_grouped, run_grouped, uses_grouped_kernel
+from .grouped import run_checked_grouped
 from .grouped_checks import GroupedShape
 from .protocol import (
     GROUPED_CONTIGUOUS,
@@ -49,7 +49,8 @@ def _launch(backend, step: int, device: torch.device, **fields) -> None:
 
 def route(backend, x: torch.Tensor, topk_ids: torch.Tensor, experts: int, pow2: bool):
     """Route and quantize-scatter, two launches (three past 1024 slots): (offs int32 [E], position int32 [T, k], FP8
-    [T * k, H], scales [T * k, H/128] in the backend's layout). Row ``position[t, j]`` holds token t's codes and scales; -1: an id outside [0, E)."""
+    [T * k, H], scales [T * k, H/128] in the backend's layout). Row ``position[t, j]`` holds token t's codes and
+    scales; -1: an id outside [0, E)."""
     tokens, k = topk_ids.shape
     hidden, rows, device = x.shape[1], tokens * k, x.device
     x, ids = runtime.kernel_rows(x), topk_ids.contiguous()
@@ -91,26 +92,22 @@ def combine(backend, y: torch.Tensor, position: torch.Tensor, weights: torch.Ten
     return out
 
 
-def _grouped(backend, backend_name, a, b, a_scale, b_scale, offs, out) -> None:
-    """One contiguous grouped GEMM on operands fused_experts made or checked: to the backend's kernel without the
-    public op's checks again, where it has the layout (else run_grouped picks the reference)."""
-    if not uses_grouped_kernel(backend, GROUPED_CONTIGUOUS):
-        run_grouped(backend_name, GROUPED_CONTIGUOUS, a, b, a_scale, b_scale, offs, out, None)
-    elif a.shape[0]:
-        with runtime.on_device(a.device):
-            shape = GroupedShape(b.shape[0], a.shape[0], b.shape[1], a.shape[1])
-            launch_grouped(backend, GROUPED_CONTIGUOUS, shape, a, b, a_scale, b_scale, offs, out, 0)
+def _grouped(backend, a, b, a_scale, b_scale, offs, out) -> None:
+    """One contiguous grouped GEMM on operands fused_experts made or checked: not checked again."""
+    if a.shape[0]:
+        shape = GroupedShape(b.shape[0], a.shape[0], b.shape[1], a.shape[1])
+        run_checked_grouped(backend, GROUPED_CONTIGUOUS, shape, a, b, a_scale, b_scale, offs, out)
 
 
-def fused_contiguous(shape, backend, backend_name, x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale,
+def fused_contiguous(shape, backend, x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale,
                      pow2: bool, y_dtype: torch.dtype) -> torch.Tensor:  # fmt: skip
     """The contiguous pipeline: route, gate/up GEMM, activation, down GEMM, combine. Rows past offs[-1] are neither
     computed nor read, so h and y need no zero fill."""
     tokens, k, experts, hidden, inter = shape
     offs, position, xq, xs = route(backend, x, topk_ids, experts, pow2)
     h = torch.empty((tokens * k, 2 * inter), dtype=torch.float32, device=x.device)
-    _grouped(backend, backend_name, xq, w13, xs, w13_scale, offs, h)
+    _grouped(backend, xq, w13, xs, w13_scale, offs, h)
     aq, a_scale = activation(backend, h, offs, pow2)
     y = torch.empty((tokens * k, hidden), dtype=y_dtype, device=x.device)
-    _grouped(backend, backend_name, aq, w2, a_scale, w2_scale, offs, y)
+    _grouped(backend, aq, w2, a_scale, w2_scale, offs, y)
     return combine(backend, y, position, topk_weights, x.dtype)
