@@ -12,6 +12,7 @@ from conftest import backends_under_test, device_under_test
 from fp8gemm import conformance, runtime
 from fp8gemm.reference import oracle
 from sm90a_kernel_shapes import KERNEL_SHAPES
+from test_moe import MoeCase, make_case
 
 pytestmark = pytest.mark.skipif(device_under_test().type == "cpu", reason="needs a GPU")
 GPU_BACKENDS = [b for b in backends_under_test() if b != "reference"]
@@ -77,6 +78,43 @@ def test_kept_scratch_is_one_buffer_per_stream_and_none_under_capture():
         captured = runtime.scratch(4096, cuda, torch.cuda.current_stream().cuda_stream)
         torch.cuda._sleep(1)  # a graph with no work draws a warning
     assert captured not in kept
+
+
+def test_scratch_from_a_private_pool_is_not_kept(monkeypatch):
+    monkeypatch.setattr(runtime, "_kept_scratch", {})
+    cuda, side, pool = torch.device("cuda", torch.cuda.current_device()), torch.cuda.Stream(), torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool), torch.cuda.stream(side):
+        runtime.scratch(4096, cuda, side.cuda_stream)
+    assert (cuda.index, side.cuda_stream) not in runtime.kept_scratch_addresses()
+    runtime.scratch(4096, cuda, side.cuda_stream)  # the stream's first buffer decides: still none kept
+    assert (cuda.index, side.cuda_stream) not in runtime.kept_scratch_addresses()
+    here = torch.cuda.current_stream().cuda_stream
+    runtime.scratch(4096, cuda, here)
+    assert (cuda.index, here) in runtime.kept_scratch_addresses()
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_reduce_overhead_compile_warms_up_records_and_replays(backend):
+    """torch.compile's CUDA-graph mode (transformers' generate compiles with it) warms up in a private pool, records,
+    then replays: a layer step through all three gives eager's bits on new data each call."""
+    torch._dynamo.reset()
+    fp8 = fp8gemm.preferred_fp8_dtype("cuda", backend)
+    x, ids, weights, w13, s13, w2, s2 = make_case(MoeCase(8, 8, 2, routing="skewed"), fp8, "cuda", backend)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    w, w_scale = fp8gemm.quantize_weight(torch.randn(256, 256, device="cuda", generator=gen) / 16, fp8_dtype=fp8)
+
+    def step(x, ids, weights):
+        h = fp8gemm.linear(x, w, w_scale, backend=backend)
+        return fp8gemm.fused_experts(h, ids, weights, w13, s13, w2, s2, backend=backend)
+
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    try:
+        for call in range(4):
+            x = torch.randn(x.shape, device="cuda", generator=gen).bfloat16()
+            out = compiled(x, ids, weights).clone()
+            assert torch.equal(out, step(x, ids, weights)), call
+    finally:
+        torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)

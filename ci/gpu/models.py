@@ -340,6 +340,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.worker:
         return worker(args)
+    unknown = sorted({m for m in args.models.split(",") if m} - MODELS.keys())
+    unknown += sorted({v for v in args.variants.split(",") if v} - set(VARIANTS))
+    if unknown:
+        p.error(f"unknown --models/--variants {unknown}: models are {list(MODELS)}, variants {list(VARIANTS)}")
 
     import torch
 

@@ -25,6 +25,14 @@ CMAKE_FILES = {  # cmake/<name>: template (torch/mod.rs write_cmake_helpers; met
     "get_gpu_lang.cmake": "torch/get_gpu_lang.cmake", "get_gpu_lang.py": "torch/get_gpu_lang.py",
     "_ops.py.in": "torch/_ops.py.in",
 }  # fmt: skip
+# Fixes to the copied templates, each checked to apply: without VERBATIM the shell of the local_install target's
+# metadata command splits two GPU archs ("12.0;9.0a") at the semicolon (still so at the pinned commit).
+TEMPLATE_FIXES = {
+    "torch/build-variants.cmake": [(
+        'COMMENT "Writing metadata.json with GPU arch info to ${VARIANT_DIR}"\n',
+        'COMMENT "Writing metadata.json with GPU arch info to ${VARIANT_DIR}"\n            VERBATIM\n',
+    )],
+}  # fmt: skip
 BACKENDS = ("cann", "cpu", "cuda", "metal", "neuron", "rocm", "tpu", "xpu")  # Backend::all()
 
 
@@ -35,6 +43,15 @@ def includes(paths: list[str] | None) -> str | None:
 
 def flags(values: list[str] | None) -> str | None:
     return ";".join(values) if values else None
+
+
+def fixed_template(template: str) -> str:
+    text = (TEMPLATES / template).read_text()
+    for old, new in TEMPLATE_FIXES.get(template, []):
+        if text.count(old) != 1:
+            raise SystemExit(f"{template}: the fix for {old.strip()!r} no longer applies; check the template")
+        text = text.replace(old, new)
+    return text
 
 
 def render(kernel_dir: Path, unique_id: str) -> list[Path]:
@@ -88,7 +105,7 @@ def render(kernel_dir: Path, unique_id: str) -> list[Path]:
     written[0].write_text("\n".join(parts) + "\n")
     (kernel_dir / "cmake").mkdir(exist_ok=True)
     for target, template in CMAKE_FILES.items():
-        (kernel_dir / "cmake" / target).write_text((TEMPLATES / template).read_text())
+        (kernel_dir / "cmake" / target).write_text(fixed_template(template))
         written.append(kernel_dir / "cmake" / target)
     (kernel_dir / "torch-ext").mkdir(exist_ok=True)
     (kernel_dir / "torch-ext" / "registration.h").write_text((TEMPLATES / "torch/registration.h").read_text())

@@ -188,9 +188,12 @@ def kernel_rows(x2d: torch.Tensor) -> torch.Tensor:
 # Scratch up to this size (split-K partial sums, the FP8 copy of a decode step's activations) is kept per
 # (device, stream): one allocation less per call, ~2 us of host time. Kernels on one stream run in order, so a
 # kept buffer is never written while an earlier kernel reads it; under graph capture every call allocates, as a
-# graph must own its memory. Streams are keyed with their device: every device's default stream is handle 0.
+# graph must own its memory. A buffer is kept only if it came from the allocator's default pool: a private pool
+# (torch.compile's CUDA-graph warm-up, a user's MemPool) may hand its memory to a graph whose replays overwrite
+# it, and torch.compile refuses a pool holding tensors it does not track. Streams are keyed with their device:
+# every device's default stream is handle 0.
 SCRATCH_KEPT_BYTES = 1 << 20
-_kept_scratch: dict[tuple[int, int], tuple[torch.Tensor, int]] = {}
+_kept_scratch: dict[tuple[int, int], tuple[torch.Tensor, int] | None] = {}  # None: this stream keeps none
 registry.on_refresh(_kept_scratch.clear)
 
 
@@ -200,14 +203,29 @@ def scratch(nbytes: int, device: torch.device, stream: int) -> int:
         return 0
     if nbytes <= SCRATCH_KEPT_BYTES and not capturing():
         key = (device.index, stream)
-        kept = _kept_scratch.get(key)
-        if kept is None:
+        kept = _kept_scratch.get(key, False)
+        if kept is False:
             buffer = torch.empty(SCRATCH_KEPT_BYTES, dtype=torch.uint8, device=device)
-            kept = _kept_scratch[key] = (buffer, buffer.data_ptr())
-        return kept[1]
+            kept = _kept_scratch[key] = (buffer, buffer.data_ptr()) if in_default_pool(buffer) else None
+            if kept is None:
+                return buffer.data_ptr()  # freed to this stream, in order
+        if kept is not None:
+            return kept[1]
     return torch.empty(nbytes, dtype=torch.uint8, device=device).data_ptr()  # freed to this stream, in order
+
+
+def in_default_pool(buffer: torch.Tensor) -> bool:
+    """Whether ``buffer`` lies in a segment of the caching allocator's default pool (asked once per stream: the
+    allocator's snapshot walks every segment)."""
+    if buffer.device.type != "cuda":
+        return True
+    address = buffer.data_ptr()
+    for segment in torch.cuda.memory_snapshot():
+        if segment["address"] <= address < segment["address"] + segment["total_size"]:
+            return tuple(segment["segment_pool_id"]) == (0, 0)
+    return False
 
 
 def kept_scratch_addresses() -> dict[tuple[int, int], int]:
     """(device, stream) -> address of its kept scratch buffer (for tests and diagnostics)."""
-    return {key: ptr for key, (_, ptr) in _kept_scratch.items()}
+    return {key: kept[1] for key, kept in _kept_scratch.items() if kept is not None}
