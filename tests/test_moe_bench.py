@@ -102,6 +102,8 @@ def test_the_case_list_is_the_one_the_issue_names():
     assert len(cases) == 3 * 7 * 2 and len({c.label for c in cases}) == len(cases)
     quick = moe_bench.all_cases(quick=True)
     assert set(quick) < set(cases) and len(quick) == 9
+    decode = moe_bench.all_cases(decode=True)
+    assert set(decode) == {c for c in cases if c.tokens <= moe_bench.DECODE_MAX_TOKENS} and len(decode) == 18
 
 
 def test_routings_are_seeded_distinct_per_token_and_skewed():
@@ -266,6 +268,7 @@ def test_timing_needs_a_gpu_and_the_cli_says_so_without_a_traceback(capsys):
     assert "--moe times its own case list" in capsys.readouterr().err
     assert main(["bench", "--moe", "--grouped", "--device", "cpu"]) == 2
     assert main(["bench", "--quick", "--device", "cpu"]) == 2
+    assert main(["bench", "--decode", "--device", "cpu"]) == 2
     assert main(["bench", "--moe", "--resume", "--device", "cpu"]) == 2
     assert "or with --moe and --json" in capsys.readouterr().err
     assert main(["bench", "--moe", "--quick", "--device", "cpu"]) == 0  # no GPU: the recipe's accuracy

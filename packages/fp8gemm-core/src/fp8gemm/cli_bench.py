@@ -71,6 +71,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
         "CUDA graphs (docs/benchmarks.md)",
     )
     p.add_argument("--quick", action="store_true", help="with --moe: a subset (T 1, 64, 4096; uniform routing)")
+    p.add_argument("--decode", action="store_true", help="with --moe: the decode cases alone (T <= 64, both routings)")
     p.add_argument(
         "--resume",
         action="store_true",
@@ -87,8 +88,8 @@ def cmd_bench(args) -> int:
     if (args.grouped or args.moe) and args.shapes:
         which = "--grouped" if args.grouped else "--moe"
         raise UsageError(f"{which} times its own case list (docs/benchmarks.md); leave --shapes out")
-    if args.quick and not args.moe:
-        raise UsageError("--quick goes with --moe")
+    if (args.quick or args.decode) and not args.moe:
+        raise UsageError("--quick and --decode go with --moe")
     if args.resume and not ((args.layer or args.grouped or args.moe) and args.json):
         raise UsageError(
             "--resume goes with --layer or --grouped and --json naming the earlier run's report (or with "
@@ -162,7 +163,8 @@ def _bench_moe(args, device: torch.device, backend: str | None) -> int:
     earlier = _earlier_report(args)
     checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
     report = moe_bench.run(device, backend=backend, progress=lambda text: console.print(text, highlight=False),
-                           earlier=earlier, checkpoint=checkpoint, seed=args.seed, quick=args.quick)  # fmt: skip
+                           earlier=earlier, checkpoint=checkpoint, seed=args.seed, quick=args.quick,
+                           decode=args.decode)  # fmt: skip
     print_moe_summary(report)
     return _write_outputs(args, report, _save_atomically, moe_bench.plot)
 

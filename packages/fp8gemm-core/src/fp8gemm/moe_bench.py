@@ -108,8 +108,10 @@ class Case:
         return f"{self.model} T{self.tokens} {self.routing}"
 
 
-def all_cases(quick: bool = False, models=MODELS) -> list[Case]:
+def all_cases(quick: bool = False, models=MODELS, decode: bool = False) -> list[Case]:
+    """Every case; ``quick``: a subset; ``decode``: the cases of the decode target (T <= DECODE_MAX_TOKENS)."""
     tokens, routings = (QUICK_TOKENS, QUICK_ROUTINGS) if quick else (TOKENS, ROUTINGS)
+    tokens = [t for t in tokens if t <= DECODE_MAX_TOKENS] if decode else tokens
     return [Case(m.name, t, r) for m in models for r in routings for t in tokens]
 
 
@@ -352,8 +354,9 @@ def _peer_versions() -> dict[str, str]:
 
 
 def run(device, cases: list[Case] | None = None, backend: str | None = None, progress=print, earlier: dict | None = None,
-        checkpoint=None, seed: int = DEFAULT_SEED, timer=None, quick: bool = False, models=MODELS) -> dict:  # fmt: skip
-    """Time every path on ``cases`` (default: ``all_cases(quick)``); ``earlier``: a cut-short report of the same GPU
+        checkpoint=None, seed: int = DEFAULT_SEED, timer=None, quick: bool = False, models=MODELS,
+        decode: bool = False) -> dict:  # fmt: skip
+    """Time every path on ``cases`` (default: ``all_cases(quick, models, decode)``); ``earlier``: a cut-short report of the same GPU
     and software whose cases are kept; ``checkpoint(report)`` after every case; ``timer(calls) -> seconds per call``
     (default: one CUDA graph of the calls, median of replays)."""
     from .layer_bench import time_graph
@@ -362,7 +365,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     if timer is None and device.type != "cuda":
         raise ValueError(f"timing needs a GPU, got device {device}")
     by_name = {m.name: m for m in models}
-    cases = cases or all_cases(quick, models)
+    cases = cases or all_cases(quick, models, decode)
     chosen = registry.select(device, backend).backend
     layouts = {"contiguous": uses_grouped_kernel(chosen, GROUPED_CONTIGUOUS),
                "masked": uses_grouped_kernel(chosen, GROUPED_MASKED)}  # fmt: skip
@@ -372,7 +375,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     env.update(method=f"CUDA graph of >= {MIN_CALLS} calls (T <= {CALLS_TOKENS}) cycling through weight copies; "
                "median of replays; TFLOP/s = 2*T*k*3*H*I / time", peers=_peer_versions(), l2_bytes=l2,
                ours_runs={k: "kernel" if v else "reference" for k, v in layouts.items()}, missing=missing,
-               notes=dict(NOTES), quick=quick)  # fmt: skip
+               notes=dict(NOTES), quick=quick, decode=decode)  # fmt: skip
     labels = [c.label for c in cases]
     rows = earlier_rows(earlier, env, lambda r: r["label"] in labels)
     env["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
