@@ -7,7 +7,9 @@
                                             # times are fp8gemm's Python path alone (and F.linear's CPU compute)
 
 Each time is the best of seven loops (garbage collection off), in us per call, under `--mode` (no_grad or
-inference_mode). `--profile` adds a cProfile of the compiled `linear` and of `fused_experts` (the functions that took the most own time).
+inference_mode). `--compilers` times the three linear calls compiled by each layer of torch.compile (dynamo's
+`eager` backend, `aot_eager`, inductor). `--profile` adds a cProfile of the compiled `linear` and of `fused_experts`
+(the functions that took the most own time).
 """
 
 from __future__ import annotations
@@ -79,6 +81,20 @@ def experts_call(tokens: int, hidden: int, inter: int, device: str, experts: int
     return lambda: fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2)
 
 
+def by_compiler(linears: dict, x: torch.Tensor, count: int) -> None:
+    """Each linear call ``fn(x)`` compiled (fullgraph) by each layer of torch.compile: which one adds the time."""
+    print("  compiled by (us/call):      eager backend   aot_eager   inductor")
+    for name, fn in linears.items():
+        times = []
+        for compiler in ("eager", "aot_eager", "inductor"):
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, backend=compiler, fullgraph=True)
+            compiled(x)
+            times.append(per_call_us(lambda compiled=compiled: compiled(x), count))
+        print(f"  {name:28s}" + "".join(f"{t:12.1f}" for t in times))
+    torch._dynamo.reset()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--null", action="store_true", help="the null backend on CPU tensors")
@@ -86,6 +102,8 @@ def main(argv=None) -> int:
     p.add_argument("--mode", choices=("no_grad", "inference_mode"), default="inference_mode")
     p.add_argument("--calls", type=int, default=1000)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--compilers", action="store_true",
+                   help="also the three linear calls compiled by dynamo's eager backend, aot_eager and inductor")  # fmt: skip
     args = p.parse_args(argv)
     m, n, k = map(int, args.shape.split(","))
     device = "cpu" if args.null else "cuda"
@@ -111,6 +129,10 @@ def main(argv=None) -> int:
         calls["fused_experts"] = experts_call(m, k, 128 if args.null else 768, device)
         for name, fn in calls.items():
             print(f"  {name:28s} {per_call_us(fn, args.calls):7.1f} us/call")
+        if args.compilers:
+            by_compiler({"F.linear (bf16)": lambda x: F.linear(x, w_bf16), "fp8gemm.linear": lambda x: fp8gemm.linear(x, w, s),
+                         "torch.ops.fp8gemm.linear": lambda x: torch.ops.fp8gemm.linear.default(x, w, s, None, False, "")},
+                        x, args.calls)  # fmt: skip
         if args.profile:
             for name in ("compiled fp8gemm.linear", "fused_experts"):
                 print(f"cProfile of {name}:")
