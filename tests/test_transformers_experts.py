@@ -167,6 +167,19 @@ def test_weight_scales_are_converted_once_and_again_when_they_change():
     assert not any("fp8gemm" in key for key in experts.state_dict())
 
 
+def test_weight_scales_converted_under_graph_capture_are_not_kept(monkeypatch):
+    """A graph's kernels have not run when capture returns: scales converted then must not serve later calls."""
+    experts = build_experts("fp8gemm", False)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))  # the tests' CPU tensors play the GPU's
+    monkeypatch.setattr(hf_experts.runtime, "capturing", lambda: True)
+    captured = hf_experts.weight_scales(experts)
+    assert getattr(experts, hf_experts._CACHE, None) is None
+    monkeypatch.setattr(hf_experts.runtime, "capturing", lambda: False)
+    kept = hf_experts.weight_scales(experts)
+    assert kept[0] is not captured[0] and torch.equal(kept[0], captured[0])
+    assert all(a is b for a, b in zip(hf_experts.weight_scales(experts), kept, strict=True))
+
+
 # --- fallbacks and refusals ------------------------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ import warnings
 
 import torch
 
+from .. import runtime
 from ..moe import fused_experts
 from ..nn.convert import _is_silu
 from ..ops import prepare_weight_scale
@@ -113,7 +114,7 @@ def _stamp(t: torch.Tensor) -> tuple:
 def weight_scales(experts) -> tuple[torch.Tensor, torch.Tensor]:
     """The gate/up and down weight scales as fp32 in the layout the backend reads (``prepare_weight_scale``),
     converted once and kept on the module (not in its state_dict); converted again when a scale changes (load,
-    ``.to()``). Inside a compiled graph the kept ones are used as they are, or converted in the graph if none is."""
+    ``.to()``). Under CUDA-graph capture they are converted in the graph and not kept. Inside a compiled graph the kept ones are used as they are, or converted in the graph if none is."""
     up_s, down_s = experts.gate_up_proj_scale_inv, experts.down_proj_scale_inv
     kept = getattr(experts, _CACHE, None)
     if torch.compiler.is_compiling():
@@ -121,6 +122,8 @@ def weight_scales(experts) -> tuple[torch.Tensor, torch.Tensor]:
     stamp = (_stamp(up_s), _stamp(down_s))
     if kept is None or kept[0] != stamp:
         kept = (stamp, _prepare(up_s), _prepare(down_s))
+        if up_s.is_cuda and runtime.capturing():  # converted by the graph's own kernels, which have not run yet: not for later calls
+            return kept[1], kept[2]
         object.__setattr__(experts, _CACHE, kept)  # a plain attribute: no buffer, no state_dict entry
     return kept[1], kept[2]
 
