@@ -122,9 +122,8 @@ def weight_scales(experts) -> tuple[torch.Tensor, torch.Tensor]:
     stamp = (_stamp(up_s), _stamp(down_s))
     if kept is None or kept[0] != stamp:
         kept = (stamp, _prepare(up_s), _prepare(down_s))
-        if (
-            up_s.is_cuda and runtime.capturing()
-        ):  # converted by the graph's own kernels, which have not run yet: not for later calls
+        # under capture the graph's own kernels convert them, and have not run yet: not for later calls
+        if up_s.is_cuda and runtime.capturing():
             return kept[1], kept[2]
         object.__setattr__(experts, _CACHE, kept)  # a plain attribute: no buffer, no state_dict entry
     return kept[1], kept[2]
