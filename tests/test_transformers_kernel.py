@@ -134,7 +134,7 @@ def build_experts(implementation: str, expert_parallel: bool):
 
 
 def run_modules(route: str) -> dict:
-    """Every module forward; in the python route also the experts under torch.compile(fullgraph=True)."""
+    """Every module forward, and the linear and experts modules under torch.compile(fullgraph=True)."""
     if route == "python":
         hf.use_in_transformers()
     from transformers.integrations.finegrained_fp8 import load_finegrained_fp8_kernel
@@ -142,7 +142,9 @@ def run_modules(route: str) -> dict:
     out: dict = {}
     with torch.no_grad():
         x = activations((2, 5, 384), 1)
-        out["linear"] = build_linear()(x)
+        linear = build_linear()
+        out["linear"] = linear(x)
+        out["compiled_linear"] = torch.compile(linear, fullgraph=True, backend="aot_eager")(x)
         out["linear_fp16"] = build_linear()(x.half())
         out["linear_static"] = build_linear(static=True)(x)
         out["grouped_linear"] = build_grouped_linear()(activations((3, 2, 256), 2))
@@ -152,7 +154,7 @@ def run_modules(route: str) -> dict:
                 experts = build_experts(implementation, ep)
                 ids, weights = routing(4, sentinels=ep)
                 out[f"experts_{implementation}{'_ep' * ep}"] = experts(hidden, ids, weights)
-                if route == "python" and implementation != "eager":
+                if implementation != "eager":
                     compiled = torch.compile(experts, fullgraph=True, backend="aot_eager")
                     out[f"compiled_{implementation}{'_ep' * ep}"] = compiled(hidden, ids, weights)
     out["kernel_module"] = load_finegrained_fp8_kernel().matmul.__module__
@@ -245,9 +247,11 @@ def test_transformers_fp8_modules_run_on_fp8gemm_by_both_routes(hub, tmp_path):
     hub_id = json.loads((hub / "build" / "torch-cpu" / "metadata.json").read_text())["id"]
     assert local.pop("kernel_module") == f"{hub_id}.fp8gemm.hf.finegrained_fp8"  # the Hub layout's vendored copy
     assert python.pop("kernel_module") == "fp8gemm.hf.finegrained_fp8"  # the installed package
-    for name in [k for k in python if k.startswith("compiled_")]:
-        eager = python[f"experts_{name.removeprefix('compiled_')}"]
-        assert torch.equal(python.pop(name), eager), f"{name}: torch.compile(fullgraph=True) differs from eager"
+    for route in (local, python):
+        for name in [k for k in route if k.startswith("compiled_")]:
+            plain = name.removeprefix("compiled_")
+            eager = route[plain if plain == "linear" else f"experts_{plain}"]
+            assert torch.equal(route.pop(name), eager), f"{name}: torch.compile(fullgraph=True) differs from eager"
     assert local.keys() == python.keys()
     for name in local:
         assert torch.equal(local[name], python[name]), f"{name}: the two routes differ"

@@ -38,8 +38,7 @@ MOE_ONLY = ("hf-fp8-experts",)  # run on models with experts only
 BATCHES = ((1, 1), (8, 1), (32, 1), (1, 512), (4, 2048))  # (batch, seq): decode steps, then prefills
 QUICK_BATCHES = ((1, 1), (8, 1), (1, 512))
 COMPILE_BATCHES = ((8, 1),)  # each compile of a 2-4 layer model takes ~30-60 s
-# the local route runs the same Python as the python one
-COMPILE_VARIANTS = ("bf16", "convert", "hf-fp8-python", "hf-fp8-experts")
+COMPILE_VARIANTS = ("bf16", "convert", "hf-fp8-local", "hf-fp8-python", "hf-fp8-experts")
 REPLAYS = 20
 CHECK_SHAPE = (2, 64)  # input ids of the logits check
 # Qwen3-8B's sizes with fewer layers; Qwen3-30B-A3B's experts at hidden size 4096 (what the transformers kernel
