@@ -115,24 +115,23 @@ def main(argv=None) -> int:
     w, s = fp8gemm.quantize_weight(w_bf16.float())
     gc.disable()
     with getattr(torch, args.mode)():
-        compiled_bf16 = torch.compile(lambda x: F.linear(x, w_bf16))
-        compiled_ours = torch.compile(lambda x: fp8gemm.linear(x, w, s))
-        calls = {
-            "F.linear (bf16)": lambda: F.linear(x, w_bf16),
-            "fp8gemm.linear": lambda: fp8gemm.linear(x, w, s),
-            "torch.ops.fp8gemm.linear": lambda: torch.ops.fp8gemm.linear.default(x, w, s, None, False, ""),
-            "compiled F.linear (bf16)": lambda: compiled_bf16(x),
-            "compiled fp8gemm.linear": lambda: compiled_ours(x),
+        linears = {
+            "F.linear (bf16)": lambda x: F.linear(x, w_bf16),
+            "fp8gemm.linear": lambda x: fp8gemm.linear(x, w, s),
+            "torch.ops.fp8gemm.linear": lambda x: torch.ops.fp8gemm.linear.default(x, w, s, None, False, ""),
         }
+        compiled_bf16 = torch.compile(linears["F.linear (bf16)"])
+        compiled_ours = torch.compile(linears["fp8gemm.linear"])
+        calls = {name: functools.partial(fn, x) for name, fn in linears.items()}
+        calls["compiled F.linear (bf16)"] = lambda: compiled_bf16(x)
+        calls["compiled fp8gemm.linear"] = lambda: compiled_ours(x)
         where = "null backend, CPU tensors" if args.null else torch.cuda.get_device_name()
         print(f"{m} x {n} x {k}, {args.mode}, {where}, torch {torch.__version__}")
         calls["fused_experts"] = experts_call(m, k, 128 if args.null else 768, device)
         for name, fn in calls.items():
             print(f"  {name:28s} {per_call_us(fn, args.calls):7.1f} us/call")
         if args.compilers:
-            by_compiler({"F.linear (bf16)": lambda x: F.linear(x, w_bf16), "fp8gemm.linear": lambda x: fp8gemm.linear(x, w, s),
-                         "torch.ops.fp8gemm.linear": lambda x: torch.ops.fp8gemm.linear.default(x, w, s, None, False, "")},
-                        x, args.calls)  # fmt: skip
+            by_compiler(linears, x, args.calls)
         if args.profile:
             for name in ("compiled fp8gemm.linear", "fused_experts"):
                 print(f"cProfile of {name}:")

@@ -356,8 +356,8 @@ def _peer_versions() -> dict[str, str]:
 def run(device, cases: list[Case] | None = None, backend: str | None = None, progress=print, earlier: dict | None = None,
         checkpoint=None, seed: int = DEFAULT_SEED, timer=None, quick: bool = False, models=MODELS,
         decode: bool = False) -> dict:  # fmt: skip
-    """Time every path on ``cases`` (default: ``all_cases(quick, models, decode)``); ``earlier``: a cut-short report of the same GPU
-    and software whose cases are kept; ``checkpoint(report)`` after every case; ``timer(calls) -> seconds per call``
+    """Time every path on ``cases`` (default: ``all_cases(quick, models, decode)``); ``earlier``: a cut-short report
+    of the same GPU and software whose cases are kept; ``checkpoint(report)`` after every case; ``timer(calls) -> seconds per call``
     (default: one CUDA graph of the calls, median of replays)."""
     from .layer_bench import time_graph
 

@@ -207,8 +207,6 @@ def scratch(nbytes: int, device: torch.device, stream: int) -> int:
         if kept is False:
             buffer = torch.empty(SCRATCH_KEPT_BYTES, dtype=torch.uint8, device=device)
             kept = _kept_scratch[key] = (buffer, buffer.data_ptr()) if in_default_pool(buffer) else None
-            if kept is None:
-                return buffer.data_ptr()  # freed to this stream, in order
         if kept is not None:
             return kept[1]
     return torch.empty(nbytes, dtype=torch.uint8, device=device).data_ptr()  # freed to this stream, in order

@@ -114,7 +114,8 @@ def _stamp(t: torch.Tensor) -> tuple:
 def weight_scales(experts) -> tuple[torch.Tensor, torch.Tensor]:
     """The gate/up and down weight scales as fp32 in the layout the backend reads (``prepare_weight_scale``),
     converted once and kept on the module (not in its state_dict); converted again when a scale changes (load,
-    ``.to()``). Under CUDA-graph capture they are converted in the graph and not kept. Inside a compiled graph the kept ones are used as they are, or converted in the graph if none is."""
+    ``.to()``). Under CUDA-graph capture they are converted in the graph and not kept. Inside a compiled graph the
+    kept ones are used as they are, or converted in the graph if none is."""
     up_s, down_s = experts.gate_up_proj_scale_inv, experts.down_proj_scale_inv
     kept = getattr(experts, _CACHE, None)
     if torch.compiler.is_compiling():
