@@ -128,12 +128,6 @@ FP8GEMM_QFN uint16_t float_half(float f) {  // round to nearest even, overflow t
   return static_cast<uint16_t>(sign | q);
 }
 
-FP8GEMM_QFN float load_float(const uint8_t* base, int64_t i, int kind) {  // one bf16/fp16/fp32 element
-  if (kind == kInFP32) return reinterpret_cast<const float*>(base)[i];
-  const uint32_t bits = reinterpret_cast<const uint16_t*>(base)[i];
-  return kind == kInBF16 ? bits_float(bits << 16) : half_float(bits);
-}
-
 template <class Arch>
 FP8GEMM_QFN void load8_kind(const uint8_t* p, int kind, float (&v)[8]) {
   if (kind == kInFP32) {
@@ -310,21 +304,43 @@ struct alignas(16) MoeWords {
   uint32_t w[4];
 };
 
-// Columns [col, col + 8) of token t: sum over j in order of w[t, j] * y[position[t, j]] (fused multiply-adds in fp32).
-template <class Arch>
-FP8GEMM_QFN void moe_combine_item(const MoeParams& p, int64_t t, int64_t col) {
+constexpr int kMoeCombineBatch = 8;  // slots whose rows one combine item loads before summing (a token's all at k <= 8)
+
+template <int kKind>
+FP8GEMM_QFN float load_float_of(const uint8_t* base, int64_t i) {  // one element of kind kKind (an InKind)
+  if constexpr (kKind == kInFP32) return reinterpret_cast<const float*>(base)[i];
+  const uint32_t bits = reinterpret_cast<const uint16_t*>(base)[i];
+  return kKind == kInBF16 ? bits_float(bits << 16) : half_float(bits);
+}
+
+// moe_combine_item for one (out, y, weight) kind: a batch's positions, then its weights and rows, are loaded before
+// the first is used, and no kind is looked up inside the loop (a decode step's combine is this chain's latency).
+template <class Arch, int kOut, int kY, int kWeight>
+FP8GEMM_QFN void moe_combine_kinds(const MoeParams& p, int64_t t, int64_t col) {
+  constexpr int kYIn = kY == kOutFP32 ? kInFP32 : kInBF16;
+  const int k = static_cast<int>(p.top_k);
+  const int32_t* position = p.position + t * k;
+  const uint8_t* y = p.y + col * (kY == kOutFP32 ? 4 : 2);
+  const uint8_t* weights = p.weights + t * k * (kWeight == kInFP32 ? 4 : 2);
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  const int64_t y_bytes = p.y_kind == kOutFP32 ? 4 : 2;
-  for (int64_t j = 0; j < p.top_k; ++j) {
-    const int64_t row = p.position[t * p.top_k + j];
-    if (row < 0 || row >= p.rows) continue;  // a slot that selects nothing
-    const float w = load_float(p.weights, t * p.top_k + j, p.weight_kind);
-    float v[8];
-    load8_kind<Arch>(p.y + row * p.ldy_bytes + col * y_bytes, p.y_kind == kOutFP32 ? kInFP32 : kInBF16, v);
-    for (int i = 0; i < 8; ++i) acc[i] = __builtin_fmaf(w, v[i], acc[i]);
+  for (int j0 = 0; j0 < k; j0 += kMoeCombineBatch) {
+    int32_t row[kMoeCombineBatch];
+    for (int b = 0; b < kMoeCombineBatch; ++b) {
+      const int32_t r = j0 + b < k ? position[j0 + b] : -1;
+      row[b] = r >= 0 && r < p.rows ? r : -1;  // -1: a slot that selects nothing
+    }
+    float w[kMoeCombineBatch], v[kMoeCombineBatch][8];
+    for (int b = 0; b < kMoeCombineBatch; ++b) {
+      if (row[b] < 0) continue;
+      w[b] = load_float_of<kWeight>(weights, j0 + b);
+      Arch::template load8<kYIn>(y + row[b] * p.ldy_bytes, v[b]);
+    }
+    for (int b = 0; b < kMoeCombineBatch; ++b)
+      if (row[b] >= 0)
+        for (int i = 0; i < 8; ++i) acc[i] = __builtin_fmaf(w[b], v[b][i], acc[i]);
   }
-  uint8_t* out = p.out + t * p.ldo_bytes + col * moe_in_bytes(p.in_kind);
-  if (p.in_kind == kInFP32) {
+  uint8_t* out = p.out + t * p.ldo_bytes + col * (kOut == kInFP32 ? 4 : 2);
+  if constexpr (kOut == kInFP32) {
     MoeWords lo, hi;
     for (int i = 0; i < 4; ++i) lo.w[i] = float_bits(acc[i]), hi.w[i] = float_bits(acc[4 + i]);
     reinterpret_cast<MoeWords*>(out)[0] = lo;
@@ -332,12 +348,33 @@ FP8GEMM_QFN void moe_combine_item(const MoeParams& p, int64_t t, int64_t col) {
   } else {
     MoeWords half;
     for (int i = 0; i < 4; ++i) {
-      const uint32_t a = p.in_kind == kInBF16 ? float_bf16(acc[2 * i]) : float_half(acc[2 * i]);
-      const uint32_t b = p.in_kind == kInBF16 ? float_bf16(acc[2 * i + 1]) : float_half(acc[2 * i + 1]);
+      const uint32_t a = kOut == kInBF16 ? float_bf16(acc[2 * i]) : float_half(acc[2 * i]);
+      const uint32_t b = kOut == kInBF16 ? float_bf16(acc[2 * i + 1]) : float_half(acc[2 * i + 1]);
       half.w[i] = a | (b << 16);
     }
     *reinterpret_cast<MoeWords*>(out) = half;
   }
+}
+
+template <class Arch, int kOut, int kY>
+FP8GEMM_QFN void moe_combine_weight_kind(const MoeParams& p, int64_t t, int64_t col) {
+  if (p.weight_kind == kInFP32) moe_combine_kinds<Arch, kOut, kY, kInFP32>(p, t, col);
+  else if (p.weight_kind == kInBF16) moe_combine_kinds<Arch, kOut, kY, kInBF16>(p, t, col);
+  else moe_combine_kinds<Arch, kOut, kY, kInFP16>(p, t, col);
+}
+
+template <class Arch, int kOut>
+FP8GEMM_QFN void moe_combine_y_kind(const MoeParams& p, int64_t t, int64_t col) {
+  if (p.y_kind == kOutFP32) moe_combine_weight_kind<Arch, kOut, kOutFP32>(p, t, col);
+  else moe_combine_weight_kind<Arch, kOut, kOutBF16>(p, t, col);
+}
+
+// Columns [col, col + 8) of token t: sum over j in order of w[t, j] * y[position[t, j]] (fused multiply-adds in fp32).
+template <class Arch>
+FP8GEMM_QFN void moe_combine_item(const MoeParams& p, int64_t t, int64_t col) {
+  if (p.in_kind == kInFP32) moe_combine_y_kind<Arch, kInFP32>(p, t, col);
+  else if (p.in_kind == kInBF16) moe_combine_y_kind<Arch, kInBF16>(p, t, col);
+  else moe_combine_y_kind<Arch, kInFP16>(p, t, col);
 }
 
 }  // namespace fp8gemm

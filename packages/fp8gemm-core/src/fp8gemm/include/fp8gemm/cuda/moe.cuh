@@ -47,8 +47,9 @@ __global__ void __launch_bounds__(kMoeThreads) moe_activation_kernel(MoeParams p
 
 // blockIdx.x: a token and kMoeThreads * 8 of its columns.
 __global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(MoeParams p) {
-  const int64_t per_token = (p.hidden / 8 + kMoeThreads - 1) / kMoeThreads;
-  const int64_t token = blockIdx.x / per_token, col = ((blockIdx.x % per_token) * kMoeThreads + threadIdx.x) * 8;
+  const unsigned per_token = static_cast<unsigned>((p.hidden / 8 + kMoeThreads - 1) / kMoeThreads);  // 32-bit division
+  const int64_t token = blockIdx.x / per_token;
+  const int64_t col = (static_cast<int64_t>(blockIdx.x % per_token) * kMoeThreads + threadIdx.x) * 8;
   if (col < p.hidden) moe_combine_item<MoeArch>(p, token, col);
 }
 
