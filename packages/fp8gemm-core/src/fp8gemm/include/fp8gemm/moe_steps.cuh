@@ -314,7 +314,7 @@ FP8GEMM_QFN float load_float_of(const uint8_t* base, int64_t i) {  // one elemen
 }
 
 // moe_combine_item for one (out, y, weight) kind: a batch's positions, then its weights and rows, are loaded before
-// the first is used, and no kind is looked up inside the loop (a decode step's combine is this chain's latency).
+// the first is used, and no kind is looked up in the loop (half a generic body's time: docs/decisions.md).
 template <class Arch, int kOut, int kY, int kWeight>
 FP8GEMM_QFN void moe_combine_kinds(const MoeParams& p, int64_t t, int64_t col) {
   constexpr int kYIn = kY == kOutFP32 ? kInFP32 : kInBF16;
