@@ -304,7 +304,7 @@ struct alignas(16) MoeWords {
   uint32_t w[4];
 };
 
-constexpr int kMoeCombineBatch = 8;  // slots whose rows one combine item loads before summing (a token's all at k <= 8)
+constexpr int kMoeCombineBatch = 8;  // slots whose positions one combine item loads together (a token's all at k <= 8)
 
 template <int kKind>
 FP8GEMM_QFN float load_float_of(const uint8_t* base, int64_t i) {  // one element of kind kKind (an InKind)
@@ -313,8 +313,8 @@ FP8GEMM_QFN float load_float_of(const uint8_t* base, int64_t i) {  // one elemen
   return kKind == kInBF16 ? bits_float(bits << 16) : half_float(bits);
 }
 
-// moe_combine_item for one (out, y, weight) kind: a batch's positions, then its weights and rows, are loaded before
-// the first is used, and no kind is looked up in the loop (half a generic body's time: docs/decisions.md).
+// moe_combine_item for one (out, y, weight) kind: a batch's positions are loaded together, and no kind is looked up
+// in the loop (half a generic body's time: docs/decisions.md).
 template <class Arch, int kOut, int kY, int kWeight>
 FP8GEMM_QFN void moe_combine_kinds(const MoeParams& p, int64_t t, int64_t col) {
   constexpr int kYIn = kY == kOutFP32 ? kInFP32 : kInBF16;
