@@ -171,9 +171,10 @@ def test_activation_quantizes_silu_and_mul_as_the_torch_step(backend, rows, inte
 @pytest.mark.parametrize("y_dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("out_dtype, weight_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16),
                                                      (torch.float32, torch.float16)])  # fmt: skip
-def test_combine_is_the_weighted_sum_in_fp32(backend, y_dtype, out_dtype, weight_dtype):
-    tokens, k, hidden, rows = 13, 4, 2304, 40  # H past one block's 2048 columns
-    gen = _gen(f"combine {y_dtype} {out_dtype} {weight_dtype}", DEFAULT_SEED + 99)
+@pytest.mark.parametrize("tokens, k, hidden", [(13, 4, 2304), (1100, 10, 256)])  # H past a block; the 8-column body
+def test_combine_is_the_weighted_sum_in_fp32(backend, y_dtype, out_dtype, weight_dtype, tokens, k, hidden):
+    rows = 40
+    gen = _gen(f"combine {y_dtype} {out_dtype} {weight_dtype} {tokens}", DEFAULT_SEED + 99)
     y = torch.randn(rows, hidden, generator=gen, device=DEVICE).to(y_dtype)
     position = torch.randint(0, rows, (tokens, k), generator=gen, device=DEVICE, dtype=torch.int32)
     position[::3, 1] = -1
@@ -188,6 +189,18 @@ def test_combine_is_the_weighted_sum_in_fp32(backend, y_dtype, out_dtype, weight
     # fp32 fused multiply-adds over k terms, then one rounding to out_dtype
     tol = torch.finfo(out_dtype).eps * exact.abs() + k * 2.0**-23 * terms.abs().sum(1) + 1e-30
     assert bool(((out.double() - exact).abs() <= tol).all())
+
+
+def test_combine_bodies_give_the_same_bits(backend):
+    """Past moe_steps.cuh kMoeCombineNarrowTokens tokens the combine takes 8 columns per item instead of 4: same sums."""
+    tokens, k, hidden, rows = 1030, 9, 384, 50
+    gen = _gen("combine bodies", DEFAULT_SEED + 98)
+    y = torch.randn(rows, hidden, generator=gen, device=DEVICE).to(torch.bfloat16)
+    position = torch.randint(-1, rows, (tokens, k), generator=gen, device=DEVICE, dtype=torch.int32)
+    weights = torch.rand(tokens, k, generator=gen, device=DEVICE)
+    wide = moe_steps.combine(backend, y, position, weights, torch.bfloat16)
+    narrow = moe_steps.combine(backend, y, position[:1000], weights[:1000], torch.bfloat16)
+    assert torch.equal(wide[:1000].view(torch.uint8), narrow.view(torch.uint8))
 
 
 def _pipeline_cases() -> list[MoeCase]:

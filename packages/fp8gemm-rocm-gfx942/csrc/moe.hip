@@ -47,11 +47,12 @@ FP8GEMM_MOE_KERNEL void moe_activation_kernel(fp8gemm::MoeParams p) {
                                          __builtin_amdgcn_workitem_id_x() % fp8gemm::kQuantLanes);
 }
 
-// workgroup x: a token and kMoeThreads * 8 of its columns.
+// workgroup x: a token and kMoeThreads * p.combine_cols of its columns.
 FP8GEMM_MOE_KERNEL void moe_combine_kernel(fp8gemm::MoeParams p) {
-  const int64_t per_token = (p.hidden / 8 + fp8gemm::kMoeThreads - 1) / fp8gemm::kMoeThreads;
+  const int64_t per_token = p.combine_blocks;
   const int64_t group = __builtin_amdgcn_workgroup_id_x(), token = group / per_token;
-  const int64_t col = ((group % per_token) * fp8gemm::kMoeThreads + __builtin_amdgcn_workitem_id_x()) * 8;
+  const int64_t col =
+      ((group % per_token) * fp8gemm::kMoeThreads + __builtin_amdgcn_workitem_id_x()) * p.combine_cols;
   if (col < p.hidden) fp8gemm::moe_combine_item<MoeArch>(p, token, col);
 }
 

@@ -12,7 +12,7 @@ namespace fp8gemm {
 
 // Blocks of one step's launch (kMoeThreads threads each). Route: one per chunk of tokens (count_blocks: the
 // count launch before it, 0 for a single chunk). Activation: x = K blocks of I, y = groups of kMoeGroups rows.
-// Combine: one per (token, kMoeThreads * 8 columns).
+// Combine: one per (token, kMoeThreads * moe_combine_cols(tokens) columns).
 struct MoeGrid {
   int64_t count_blocks, x, y;
 };
@@ -42,7 +42,7 @@ inline MoeGrid moe_grid(const MoeArgs& a, const char* package) {
       const bool weight_kind = a.weight_kind == kInBF16 || a.weight_kind == kInFP16 || a.weight_kind == kInFP32;
       if (!float_kind || !weight_kind || (a.y_kind != kOutBF16 && a.y_kind != kOutFP32))
         throw std::invalid_argument(who + "unknown out, weight or y kind");
-      return {0, a.tokens * ((a.hidden / 8 + kMoeThreads - 1) / kMoeThreads), 1};
+      return {0, a.tokens * moe_combine_blocks(a.tokens, a.hidden), 1};
     }
     default:
       throw std::invalid_argument(who + "unknown step " + std::to_string(a.step));

@@ -49,9 +49,19 @@ struct MoeParams {
   int64_t ldx_bytes, ldh_bytes, ldy_bytes, ldo_bytes, scale_ld;
   int64_t chunk_tokens, chunks;  // route: tokens per block, blocks
   int id_kind, in_kind, weight_kind, y_kind, pow2;
+  int combine_cols, combine_blocks;  // combine: columns per item (moe_combine_cols), blocks per token
 };
 
 FP8GEMM_MOE_HDFN int64_t moe_in_bytes(int kind) { return kind == kInFP32 ? 4 : 2; }
+
+// Columns per combine item: 4 up to kMoeCombineNarrowTokens tokens, else 8. A decode step's combine starts after the
+// GEMMs with a cold instruction cache, where a body of 8 columns spent most of its time fetching instructions; at many
+// tokens the wider body moves the same bytes with fewer instructions (docs/decisions.md).
+constexpr int64_t kMoeCombineNarrowTokens = 1024;
+FP8GEMM_MOE_HDFN int moe_combine_cols(int64_t tokens) { return tokens <= kMoeCombineNarrowTokens ? 4 : 8; }
+FP8GEMM_MOE_HDFN int64_t moe_combine_blocks(int64_t tokens, int64_t hidden) {  // per token
+  return (hidden / moe_combine_cols(tokens) + kMoeThreads - 1) / kMoeThreads;
+}
 
 // Route blocks: whole tokens of at most kMoeChunkSlots slots each.
 FP8GEMM_MOE_HDFN int64_t moe_chunk_tokens(int64_t top_k) { return top_k >= kMoeChunkSlots ? 1 : kMoeChunkSlots / top_k; }
@@ -92,6 +102,8 @@ inline MoeParams moe_params(const MoeArgs& a) {
   p.chunks = a.top_k > 0 ? moe_chunks(a.tokens, a.top_k) : 0;
   p.id_kind = a.id_kind, p.in_kind = a.in_kind, p.weight_kind = a.weight_kind, p.y_kind = a.y_kind;
   p.pow2 = a.pow2;
+  p.combine_cols = moe_combine_cols(a.tokens);
+  p.combine_blocks = static_cast<int>(moe_combine_blocks(a.tokens, a.hidden));
   return p;
 }
 
@@ -300,11 +312,12 @@ FP8GEMM_QFN void moe_activation_group(const MoeParams& p, int64_t row, int64_t k
 
 // --- combine -----------------------------------------------------------------------------------------------------
 
-struct alignas(16) MoeWords {
-  uint32_t w[4];
-};
+constexpr int kMoeCombineBatch = 8;  // slots whose positions, weights and rows one item loads together (k <= 8: all)
 
-constexpr int kMoeCombineBatch = 8;  // slots whose positions one combine item loads together (a token's all at k <= 8)
+template <int kWords>
+struct alignas(kWords >= 4 ? 16 : 4 * kWords) MoeRaw {  // kWords 32-bit words, loaded and stored together
+  uint32_t w[kWords];
+};
 
 template <int kKind>
 FP8GEMM_QFN float load_float_of(const uint8_t* base, int64_t i) {  // one element of kind kKind (an InKind)
@@ -313,68 +326,83 @@ FP8GEMM_QFN float load_float_of(const uint8_t* base, int64_t i) {  // one elemen
   return kKind == kInBF16 ? bits_float(bits << 16) : half_float(bits);
 }
 
-// moe_combine_item for one (out, y, weight) kind: a batch's positions are loaded together, and no kind is looked up
-// in the loop (half a generic body's time: docs/decisions.md).
-template <class Arch, int kOut, int kY, int kWeight>
+// moe_combine_item for one (out, y, weight) kind, no kind looked up in the loop: a batch's positions, then its weights
+// and rows, all loaded before the first is used (unconditionally: a slot that selects nothing reads row 0 and the
+// batch's last weight, and adds nothing).
+template <class Arch, int kCols, int kOut, int kY, int kWeight>
 FP8GEMM_QFN void moe_combine_kinds(const MoeParams& p, int64_t t, int64_t col) {
-  constexpr int kYIn = kY == kOutFP32 ? kInFP32 : kInBF16;
+  constexpr int kYWords = kY == kOutFP32 ? kCols : kCols / 2;
+  constexpr int kOutWords = kOut == kInFP32 ? kCols : kCols / 2;
+  // 32-bit indices where they fit (rows < 2^31, a row's bytes < 2^32): fewer instructions to fetch.
   const int k = static_cast<int>(p.top_k);
+  const uint32_t rows = static_cast<uint32_t>(p.rows), ldy = static_cast<uint32_t>(p.ldy_bytes);
   const int32_t* position = p.position + t * k;
   const uint8_t* y = p.y + col * (kY == kOutFP32 ? 4 : 2);
   const uint8_t* weights = p.weights + t * k * (kWeight == kInFP32 ? 4 : 2);
-  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  float acc[kCols] = {};
   for (int j0 = 0; j0 < k; j0 += kMoeCombineBatch) {
-    int32_t row[kMoeCombineBatch];
+    bool take[kMoeCombineBatch];  // false: a slot that selects nothing (-1 or past y's rows)
+    uint32_t row[kMoeCombineBatch];
     for (int b = 0; b < kMoeCombineBatch; ++b) {
-      const int32_t r = j0 + b < k ? position[j0 + b] : -1;
-      row[b] = r >= 0 && r < p.rows ? r : -1;  // -1: a slot that selects nothing
+      const uint32_t r = j0 + b < k ? static_cast<uint32_t>(position[j0 + b]) : rows;
+      take[b] = r < rows;
+      row[b] = take[b] ? r : 0;
     }
-    float w[kMoeCombineBatch], v[kMoeCombineBatch][8];
+    float w[kMoeCombineBatch];
+    MoeRaw<kYWords> v[kMoeCombineBatch];
     for (int b = 0; b < kMoeCombineBatch; ++b) {
-      if (row[b] < 0) continue;
-      w[b] = load_float_of<kWeight>(weights, j0 + b);
-      Arch::template load8<kYIn>(y + row[b] * p.ldy_bytes, v[b]);
+      w[b] = load_float_of<kWeight>(weights, j0 + b < k ? j0 + b : k - 1);
+      v[b] = *reinterpret_cast<const MoeRaw<kYWords>*>(y + static_cast<uint64_t>(row[b]) * ldy);
     }
-    for (int b = 0; b < kMoeCombineBatch; ++b)
-      if (row[b] >= 0)
-        for (int i = 0; i < 8; ++i) acc[i] = __builtin_fmaf(w[b], v[b][i], acc[i]);
-  }
-  uint8_t* out = p.out + t * p.ldo_bytes + col * (kOut == kInFP32 ? 4 : 2);
-  if constexpr (kOut == kInFP32) {
-    MoeWords lo, hi;
-    for (int i = 0; i < 4; ++i) lo.w[i] = float_bits(acc[i]), hi.w[i] = float_bits(acc[4 + i]);
-    reinterpret_cast<MoeWords*>(out)[0] = lo;
-    reinterpret_cast<MoeWords*>(out)[1] = hi;
-  } else {
-    MoeWords half;
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t a = kOut == kInBF16 ? float_bf16(acc[2 * i]) : float_half(acc[2 * i]);
-      const uint32_t b = kOut == kInBF16 ? float_bf16(acc[2 * i + 1]) : float_half(acc[2 * i + 1]);
-      half.w[i] = a | (b << 16);
+    for (int b = 0; b < kMoeCombineBatch; ++b) {
+      if (!take[b]) continue;
+      for (int i = 0; i < kCols; ++i) {
+        const uint32_t word = v[b].w[kY == kOutFP32 ? i : i / 2];
+        const uint32_t bits = kY == kOutFP32 ? word : (i % 2 ? word & 0xffff0000u : word << 16);
+        acc[i] = __builtin_fmaf(w[b], bits_float(bits), acc[i]);
+      }
     }
-    *reinterpret_cast<MoeWords*>(out) = half;
   }
+  MoeRaw<kOutWords> out;
+  for (int i = 0; i < kOutWords; ++i) {
+    if constexpr (kOut == kInFP32) {
+      out.w[i] = float_bits(acc[i]);
+    } else {
+      const uint32_t lo = kOut == kInBF16 ? float_bf16(acc[2 * i]) : float_half(acc[2 * i]);
+      const uint32_t hi = kOut == kInBF16 ? float_bf16(acc[2 * i + 1]) : float_half(acc[2 * i + 1]);
+      out.w[i] = lo | (hi << 16);
+    }
+  }
+  *reinterpret_cast<MoeRaw<kOutWords>*>(p.out + t * p.ldo_bytes + col * (kOut == kInFP32 ? 4 : 2)) = out;
 }
 
-template <class Arch, int kOut, int kY>
+template <class Arch, int kCols, int kOut, int kY>
 FP8GEMM_QFN void moe_combine_weight_kind(const MoeParams& p, int64_t t, int64_t col) {
-  if (p.weight_kind == kInFP32) moe_combine_kinds<Arch, kOut, kY, kInFP32>(p, t, col);
-  else if (p.weight_kind == kInBF16) moe_combine_kinds<Arch, kOut, kY, kInBF16>(p, t, col);
-  else moe_combine_kinds<Arch, kOut, kY, kInFP16>(p, t, col);
+  if (p.weight_kind == kInFP32) moe_combine_kinds<Arch, kCols, kOut, kY, kInFP32>(p, t, col);
+  else if (p.weight_kind == kInBF16) moe_combine_kinds<Arch, kCols, kOut, kY, kInBF16>(p, t, col);
+  else moe_combine_kinds<Arch, kCols, kOut, kY, kInFP16>(p, t, col);
 }
 
-template <class Arch, int kOut>
+template <class Arch, int kCols, int kOut>
 FP8GEMM_QFN void moe_combine_y_kind(const MoeParams& p, int64_t t, int64_t col) {
-  if (p.y_kind == kOutFP32) moe_combine_weight_kind<Arch, kOut, kOutFP32>(p, t, col);
-  else moe_combine_weight_kind<Arch, kOut, kOutBF16>(p, t, col);
+  if (p.y_kind == kOutFP32) moe_combine_weight_kind<Arch, kCols, kOut, kOutFP32>(p, t, col);
+  else moe_combine_weight_kind<Arch, kCols, kOut, kOutBF16>(p, t, col);
 }
 
-// Columns [col, col + 8) of token t: sum over j in order of w[t, j] * y[position[t, j]] (fused multiply-adds in fp32).
+// Columns [col, col + kCols) of token t: sum over j in order of w[t, j] * y[position[t, j]] (fused multiply-adds in
+// fp32). A kernel of one body (CUDA's) has fewer instructions to fetch than one that picks it at run time.
+template <class Arch, int kCols>
+FP8GEMM_QFN void moe_combine_body(const MoeParams& p, int64_t t, int64_t col) {
+  if (p.in_kind == kInFP32) moe_combine_y_kind<Arch, kCols, kInFP32>(p, t, col);
+  else if (p.in_kind == kInBF16) moe_combine_y_kind<Arch, kCols, kInBF16>(p, t, col);
+  else moe_combine_y_kind<Arch, kCols, kInFP16>(p, t, col);
+}
+
+// Columns [col, col + p.combine_cols) of token t, the body picked at run time.
 template <class Arch>
 FP8GEMM_QFN void moe_combine_item(const MoeParams& p, int64_t t, int64_t col) {
-  if (p.in_kind == kInFP32) moe_combine_y_kind<Arch, kInFP32>(p, t, col);
-  else if (p.in_kind == kInBF16) moe_combine_y_kind<Arch, kInBF16>(p, t, col);
-  else moe_combine_y_kind<Arch, kInFP16>(p, t, col);
+  if (p.combine_cols == 4) moe_combine_body<Arch, 4>(p, t, col);
+  else moe_combine_body<Arch, 8>(p, t, col);
 }
 
 }  // namespace fp8gemm

@@ -45,12 +45,13 @@ __global__ void __launch_bounds__(kMoeThreads) moe_activation_kernel(MoeParams p
     moe_activation_group<MoeArch>(p, row, blockIdx.x, threadIdx.x % kQuantLanes);  // 16-lane groups stay whole
 }
 
-// blockIdx.x: a token and kMoeThreads * 8 of its columns.
-__global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(MoeParams p) {
-  const unsigned per_token = static_cast<unsigned>((p.hidden / 8 + kMoeThreads - 1) / kMoeThreads);  // 32-bit division
+// blockIdx.x: a token and kMoeThreads * kCols of its columns.
+template <int kCols>  // p.combine_cols; min 1 block: sm_120 spilled the 4-column body at its default register budget
+__global__ void __launch_bounds__(kMoeThreads, 1) moe_combine_kernel(MoeParams p) {
+  const unsigned per_token = static_cast<unsigned>(p.combine_blocks);  // 32-bit division
   const int64_t token = blockIdx.x / per_token;
-  const int64_t col = (static_cast<int64_t>(blockIdx.x % per_token) * kMoeThreads + threadIdx.x) * 8;
-  if (col < p.hidden) moe_combine_item<MoeArch>(p, token, col);
+  const int64_t col = (static_cast<int64_t>(blockIdx.x % per_token) * kMoeThreads + threadIdx.x) * kCols;
+  if (col < p.hidden) moe_combine_body<MoeArch, kCols>(p, token, col);
 }
 
 inline void launch_moe_step(const MoeArgs& args, const char* package) {
@@ -70,7 +71,10 @@ inline void launch_moe_step(const MoeArgs& args, const char* package) {
       moe_scatter_kernel<<<static_cast<unsigned>(moe_scatter_blocks(args.tokens, args.hidden)), block, 0, stream>>>(p);
       break;
     case kMoeActivation: moe_activation_kernel<<<dim3(x, y), block, 0, stream>>>(p); break;
-    default: moe_combine_kernel<<<x, block, 0, stream>>>(p); break;
+    default:
+      if (p.combine_cols == 4) moe_combine_kernel<4><<<x, block, 0, stream>>>(p);
+      else moe_combine_kernel<8><<<x, block, 0, stream>>>(p);
+      break;
   }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw std::runtime_error(std::string(package) + ": moe step kernel launch: " + cudaGetErrorString(err));
