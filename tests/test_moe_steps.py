@@ -21,8 +21,9 @@ from conftest import backends_under_test, device_under_test
 from fp8gemm import conformance, moe, moe_steps, registry
 from fp8gemm.conformance import DEFAULT_SEED
 from fp8gemm.moe_reference import reference_fused_experts
-from fp8gemm.protocol import K_MAJOR, MN_MAJOR, MOE_ARGS, MOE_MAX_EXPERTS, MOE_ROUTE, ScaleLayout
+from fp8gemm.protocol import K_MAJOR, MN_MAJOR, MOE_ARGS, MOE_COMBINE, MOE_MAX_EXPERTS, MOE_ROUTE, OUT_BF16, ScaleLayout
 from fp8gemm.quantize import empty_scale, reference_quantize
+from fp8gemm.runtime import IN_KINDS
 from test_grouped_dispatch import make_backend
 from test_moe import MoeCase, bound, make_case
 
@@ -274,7 +275,11 @@ def test_the_entry_refuses_what_its_kernels_do_not_take(mi300x):
 
     for fields, words in [({"experts": MOE_MAX_EXPERTS + 1}, "E = 1025 experts (w13.shape[0])"),
                           ({"top_k": 2048}, "top_k = 2048"), ({"step": 7}, "unknown step 7"),
-                          ({"tokens": 3000, "experts": 8}, "needs its workspace")]:  # fmt: skip
+                          ({"tokens": 3000, "experts": 8}, "needs its workspace"),
+                          ({"step": MOE_COMBINE, "y_kind": OUT_BF16, "in_kind": IN_KINDS[torch.bfloat16],
+                            "weight_kind": IN_KINDS[torch.float32], "rows": 0, "ldy": 128}, "needs at least one row"),
+                          ({"step": MOE_COMBINE, "y_kind": OUT_BF16, "in_kind": IN_KINDS[torch.bfloat16],
+                            "weight_kind": IN_KINDS[torch.float32], "rows": 4, "ldy": 64}, "a row stride of hidden")]:  # fmt: skip
         with pytest.raises(test_gfx942_emulation.gfx942_emulator.EmulationError, match=re.escape(words)):
             mi300x.moe_step(pack(**fields))
 

@@ -42,6 +42,9 @@ inline MoeGrid moe_grid(const MoeArgs& a, const char* package) {
       const bool weight_kind = a.weight_kind == kInBF16 || a.weight_kind == kInFP16 || a.weight_kind == kInFP32;
       if (!float_kind || !weight_kind || (a.y_kind != kOutBF16 && a.y_kind != kOutFP32))
         throw std::invalid_argument(who + "unknown out, weight or y kind");
+      // A slot that selects nothing reads y's row 0 (moe_combine_kinds), and row offsets are 32-bit products.
+      if (a.tokens > 0 && (a.rows < 1 || a.ldy < a.hidden || a.ldy > (int64_t(1) << 29)))
+        throw std::invalid_argument(who + "the combine's y needs at least one row and a row stride of hidden to 2^29");
       return {0, a.tokens * moe_combine_blocks(a.tokens, a.hidden), 1};
     }
     default:
