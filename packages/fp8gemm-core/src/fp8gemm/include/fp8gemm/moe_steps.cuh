@@ -326,9 +326,9 @@ FP8GEMM_QFN float load_float_of(const uint8_t* base, int64_t i) {  // one elemen
   return kKind == kInBF16 ? bits_float(bits << 16) : half_float(bits);
 }
 
-// moe_combine_item for one (out, y, weight) kind, no kind looked up in the loop: a batch's positions, then its weights
-// and rows, all loaded before the first is used (unconditionally: a slot that selects nothing reads row 0 and the
-// token's last weight, and adds nothing).
+// moe_combine_item for one (out, y, weight) kind, no kind looked up in the loop: a batch's positions, then its rows and
+// weights, loaded ahead of the sums and unconditionally (a slot that selects nothing reads row 0 and the token's last
+// weight, and adds nothing), so the compiled code issues the rows' loads together.
 template <class Arch, int kCols, int kOut, int kY, int kWeight>
 FP8GEMM_QFN void moe_combine_kinds(const MoeParams& p, int64_t t, int64_t col) {
   constexpr int kYWords = kY == kOutFP32 ? kCols : kCols / 2;
