@@ -193,7 +193,7 @@ def test_combine_is_the_weighted_sum_in_fp32(backend, y_dtype, out_dtype, weight
 
 
 def test_combine_bodies_give_the_same_bits(backend):
-    """Past moe_steps.cuh kMoeCombineNarrowTokens tokens the combine takes 8 columns per item instead of 4: same sums."""
+    """Past moe_steps.cuh kMoeCombineNarrowTokens tokens the combine sums 8 columns per item, not 4: the same bits."""
     tokens, k, hidden, rows = 1030, 9, 384, 50
     gen = _gen("combine bodies", DEFAULT_SEED + 98)
     y = torch.randn(rows, hidden, generator=gen, device=DEVICE).to(torch.bfloat16)

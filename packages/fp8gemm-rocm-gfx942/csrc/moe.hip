@@ -53,7 +53,7 @@ FP8GEMM_MOE_KERNEL void moe_combine_kernel(fp8gemm::MoeParams p) {
   const int64_t group = __builtin_amdgcn_workgroup_id_x(), token = group / per_token;
   const int64_t col =
       ((group % per_token) * fp8gemm::kMoeThreads + __builtin_amdgcn_workitem_id_x()) * p.combine_cols;
-  if (col < p.hidden) fp8gemm::moe_combine_item<MoeArch>(p, token, col);
+  if (col < p.hidden) fp8gemm::moe_combine_item(p, token, col);
 }
 
 }  // namespace

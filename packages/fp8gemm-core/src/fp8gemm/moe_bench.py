@@ -357,8 +357,8 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
         checkpoint=None, seed: int = DEFAULT_SEED, timer=None, quick: bool = False, models=MODELS,
         decode: bool = False) -> dict:  # fmt: skip
     """Time every path on ``cases`` (default: ``all_cases(quick, models, decode)``); ``earlier``: a cut-short report
-    of the same GPU and software whose cases are kept; ``checkpoint(report)`` after every case; ``timer(calls) -> seconds per call``
-    (default: one CUDA graph of the calls, median of replays)."""
+    of the same GPU and software whose cases are kept; ``checkpoint(report)`` after every case;
+    ``timer(calls) -> seconds per call`` (default: one CUDA graph of the calls, median of replays)."""
     from .layer_bench import time_graph
 
     device = torch.device(device)

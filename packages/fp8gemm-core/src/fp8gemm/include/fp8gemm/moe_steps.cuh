@@ -329,7 +329,7 @@ FP8GEMM_QFN float load_float_of(const uint8_t* base, int64_t i) {  // one elemen
 // moe_combine_item for one (out, y, weight) kind, no kind looked up in the loop: a batch's positions, then its rows and
 // weights, loaded ahead of the sums and unconditionally (a slot that selects nothing reads row 0 and the token's last
 // weight, and adds nothing), so the compiled code issues the rows' loads together.
-template <class Arch, int kCols, int kOut, int kY, int kWeight>
+template <int kCols, int kOut, int kY, int kWeight>
 FP8GEMM_QFN void moe_combine_kinds(const MoeParams& p, int64_t t, int64_t col) {
   constexpr int kYWords = kY == kOutFP32 ? kCols : kCols / 2;
   constexpr int kOutWords = kOut == kInFP32 ? kCols : kCols / 2;
@@ -376,33 +376,32 @@ FP8GEMM_QFN void moe_combine_kinds(const MoeParams& p, int64_t t, int64_t col) {
   *reinterpret_cast<MoeRaw<kOutWords>*>(p.out + t * p.ldo_bytes + col * (kOut == kInFP32 ? 4 : 2)) = out;
 }
 
-template <class Arch, int kCols, int kOut, int kY>
+template <int kCols, int kOut, int kY>
 FP8GEMM_QFN void moe_combine_weight_kind(const MoeParams& p, int64_t t, int64_t col) {
-  if (p.weight_kind == kInFP32) moe_combine_kinds<Arch, kCols, kOut, kY, kInFP32>(p, t, col);
-  else if (p.weight_kind == kInBF16) moe_combine_kinds<Arch, kCols, kOut, kY, kInBF16>(p, t, col);
-  else moe_combine_kinds<Arch, kCols, kOut, kY, kInFP16>(p, t, col);
+  if (p.weight_kind == kInFP32) moe_combine_kinds<kCols, kOut, kY, kInFP32>(p, t, col);
+  else if (p.weight_kind == kInBF16) moe_combine_kinds<kCols, kOut, kY, kInBF16>(p, t, col);
+  else moe_combine_kinds<kCols, kOut, kY, kInFP16>(p, t, col);
 }
 
-template <class Arch, int kCols, int kOut>
+template <int kCols, int kOut>
 FP8GEMM_QFN void moe_combine_y_kind(const MoeParams& p, int64_t t, int64_t col) {
-  if (p.y_kind == kOutFP32) moe_combine_weight_kind<Arch, kCols, kOut, kOutFP32>(p, t, col);
-  else moe_combine_weight_kind<Arch, kCols, kOut, kOutBF16>(p, t, col);
+  if (p.y_kind == kOutFP32) moe_combine_weight_kind<kCols, kOut, kOutFP32>(p, t, col);
+  else moe_combine_weight_kind<kCols, kOut, kOutBF16>(p, t, col);
 }
 
 // Columns [col, col + kCols) of token t: sum over j in order of w[t, j] * y[position[t, j]] (fused multiply-adds in
 // fp32). A kernel of one body (CUDA's) has fewer instructions to fetch than one that picks it at run time.
-template <class Arch, int kCols>
+template <int kCols>
 FP8GEMM_QFN void moe_combine_body(const MoeParams& p, int64_t t, int64_t col) {
-  if (p.in_kind == kInFP32) moe_combine_y_kind<Arch, kCols, kInFP32>(p, t, col);
-  else if (p.in_kind == kInBF16) moe_combine_y_kind<Arch, kCols, kInBF16>(p, t, col);
-  else moe_combine_y_kind<Arch, kCols, kInFP16>(p, t, col);
+  if (p.in_kind == kInFP32) moe_combine_y_kind<kCols, kInFP32>(p, t, col);
+  else if (p.in_kind == kInBF16) moe_combine_y_kind<kCols, kInBF16>(p, t, col);
+  else moe_combine_y_kind<kCols, kInFP16>(p, t, col);
 }
 
 // Columns [col, col + p.combine_cols) of token t, the body picked at run time.
-template <class Arch>
 FP8GEMM_QFN void moe_combine_item(const MoeParams& p, int64_t t, int64_t col) {
-  if (p.combine_cols == 4) moe_combine_body<Arch, 4>(p, t, col);
-  else moe_combine_body<Arch, 8>(p, t, col);
+  if (p.combine_cols == 4) moe_combine_body<4>(p, t, col);
+  else moe_combine_body<8>(p, t, col);
 }
 
 }  // namespace fp8gemm

@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kMoeThreads, 1) moe_combine_kernel(MoeParams p
   const unsigned per_token = static_cast<unsigned>(p.combine_blocks);  // 32-bit division
   const int64_t token = blockIdx.x / per_token;
   const int64_t col = (static_cast<int64_t>(blockIdx.x % per_token) * kMoeThreads + threadIdx.x) * kCols;
-  if (col < p.hidden) moe_combine_body<MoeArch, kCols>(p, token, col);
+  if (col < p.hidden) moe_combine_body<kCols>(p, token, col);
 }
 
 inline void launch_moe_step(const MoeArgs& args, const char* package) {
