@@ -119,6 +119,15 @@ def test_routings_are_seeded_distinct_per_token_and_skewed():
     assert uniform.max() < 2 * uniform.float().mean()
 
 
+def test_the_check_samples_distinct_tokens_with_both_ends():
+    n = moe_bench.CHECK_TOKENS
+    assert moe_bench.check_tokens(n, torch.Generator().manual_seed(0)) == list(range(n))
+    picks = moe_bench.check_tokens(16384, torch.Generator().manual_seed(0))
+    assert len(picks) == n and picks == sorted(set(picks)) and picks[0] == 0 and picks[-1] == 16383
+    assert picks == moe_bench.check_tokens(16384, torch.Generator().manual_seed(0))
+    assert picks != moe_bench.check_tokens(16384, torch.Generator().manual_seed(1))
+
+
 def test_weight_copies_fill_the_l2_within_the_budget():
     qwen = moe_bench.MoeModel("q", 128, 8, 2048, 768)
     plan = moe_bench.plan_copies(qwen, 8, 50 << 20)

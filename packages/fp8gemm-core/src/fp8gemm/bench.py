@@ -356,10 +356,10 @@ def plot(report: dict, path: Path) -> None:
     env = report["environment"]
     rounds = f", median{rounds_suffix(env)} (whiskers: fastest to slowest)" if rounds_suffix(env) else ""
     ax.set_title(f"FP8 block-scaled GEMM, {env['device']}, {env['date'][:10]}{state_suffix(env)}{rounds}", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, never over them
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -390,10 +390,10 @@ def plot_cases(report: dict, names: list[str], path: Path, ylabel: str, subject:
     env = report["environment"]
     ax.set_title(f"{subject}: {env['device']}, driver {env.get('driver')}, torch {env['torch']}, {env['date'][:10]}",
                  fontsize=8)  # fmt: skip
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, never over them
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
