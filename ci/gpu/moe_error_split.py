@@ -8,21 +8,12 @@ import sys
 import torch
 import torch.nn.functional as F
 from fp8gemm import moe_bench
-from fp8gemm.bench import seeded_generator
 from fp8gemm.conformance import relative_error
-from fp8gemm.grouped import grouped_gemm
-from fp8gemm.moe_peers import Inputs, ours, sort_by_expert
+from fp8gemm.moe_peers import grouped_operands, ours
 from fp8gemm.moe_reference import dequantize64, reference_fused_experts
-from fp8gemm.quantize import quantize_activation, reference_quantize
+from fp8gemm.quantize import reference_quantize
 
 SAMPLES, SAMPLE_TOKENS, CHUNK = 2000, 8, 256
-
-
-def case_inputs(model, case, device, seed):
-    ids, weights = moe_bench.routing(model, case.tokens, case.routing, seed)
-    gen = seeded_generator(seed, device, "x", case.label)
-    x = torch.randn(case.tokens, model.hidden, generator=gen, device=device).bfloat16()
-    return Inputs(x, ids.to(device), weights.to(device), model.experts, ids, None)
 
 
 def yardstick(inp, w):
@@ -42,13 +33,8 @@ def sample_errors(out, ref):
 
 def stage_errors(inp, w, inter):
     """The grouped GEMMs' chain on the op's operands: gate/up error, codes moved, down output on its own codes."""
-    _, order, offs = sort_by_expert(inp.topk_ids, inp.experts)
-    xq, xs = quantize_activation(inp.x, fp8_dtype=w.w13.dtype)
-    rows = order // inp.top_k
-    a1, s1 = xq.view(torch.uint8)[rows].view(xq.dtype), xs[rows]
-    h = grouped_gemm(a1, w.w13, s1, w.w13_prepared, offs, out_dtype=torch.float32)
-    a2, s2 = quantize_activation(F.silu(h[:, :inter]) * h[:, inter:], fp8_dtype=w.w13.dtype)
-    x64, own = dequantize64(xq, xs), torch.empty(a2.shape[0], w.w2.shape[1], dtype=torch.float64, device=h.device)
+    order, offs, a1, s1, h, a2, s2 = grouped_operands(inp, w)
+    own = torch.empty(a2.shape[0], w.w2.shape[1], dtype=torch.float64, device=h.device)
     h_diff = h_norm = moved = 0.0
     start = 0
     for e, end in enumerate(offs.tolist()):
@@ -56,7 +42,7 @@ def stage_errors(inp, w, inter):
         start = end
         if r.start == r.stop:
             continue
-        h64 = x64[rows[r]] @ dequantize64(w.w13[e], w.w13_scale[e]).t()
+        h64 = dequantize64(a1[r], s1[r]) @ dequantize64(w.w13[e], w.w13_scale[e]).t()
         h_diff += float((h[r].double() - h64).norm() ** 2)
         h_norm += float(h64.norm() ** 2)
         codes, _ = reference_quantize((F.silu(h64[:, :inter]) * h64[:, inter:]).float(), w.w13.dtype, False)
@@ -72,10 +58,10 @@ def main(name="deepseek-v3", tokens="1024", kind="skewed"):
     model = {m.name: m for m in moe_bench.MODELS}[name]
     case = moe_bench.Case(name, int(tokens), kind)
     w = moe_bench.make_weights(model, {"fp8": 1, "bf16": 0}, device, None, seed)["fp8"][0]
-    inp = case_inputs(model, case, device, seed)
+    inp = moe_bench.case_inputs(model, case, device, None, seed)
     out = ours("contiguous")(inp, w)[0]().double()
     ref = yardstick(inp, w)
-    check = torch.tensor(moe_bench.check_tokens(case.tokens, seeded_generator(seed, "cpu", "check", case.label)))
+    check = torch.tensor(moe_bench.checked_tokens(case, seed))
     draws = sample_errors(out, ref)
     print(f"{case.label}, seed {seed}: against the yardstick, the check's {len(check)} tokens "
           f"{relative_error(out[check], ref[check]):.3e}, all tokens {relative_error(out, ref):.3e}; "

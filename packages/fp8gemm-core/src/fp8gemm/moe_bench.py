@@ -216,6 +216,18 @@ def check_tokens(tokens: int, gen: torch.Generator) -> list[int]:
     return sorted({0, tokens - 1, *inner})
 
 
+def checked_tokens(case: Case, seed: int) -> list[int]:
+    return check_tokens(case.tokens, seeded_generator(seed, "cpu", "check", case.label))
+
+
+def case_inputs(model: MoeModel, case: Case, device, backend, seed: int) -> Inputs:
+    """The case's seeded tokens and routing, shared by every path."""
+    ids_cpu, w_cpu = routing(model, case.tokens, case.routing, seed)
+    gen = seeded_generator(seed, device, "x", case.label)
+    x = torch.randn(case.tokens, model.hidden, generator=gen, device=device).bfloat16()
+    return Inputs(x, ids_cpu.to(device), w_cpu.to(device), model.experts, ids_cpu, backend)
+
+
 def _calls(runs: list, tokens: int) -> list:
     n = len(runs) * math.ceil(MIN_CALLS / len(runs)) if tokens <= CALLS_TOKENS else len(runs)
     return [runs[c % len(runs)] for c in range(n)]
@@ -239,16 +251,14 @@ def layer_flops(model: MoeModel, tokens: int) -> float:
 
 def time_case(model: MoeModel, case: Case, weights: dict, device, backend, seed, timer, missing: dict) -> dict:
     """One row: each path's time per layer call, its errors against float64, or why it did not run."""
-    ids_cpu, w_cpu = routing(model, case.tokens, case.routing, seed)
-    gen = seeded_generator(seed, device, "x", case.label)
-    x = torch.randn(case.tokens, model.hidden, generator=gen, device=device).bfloat16()
-    inp = Inputs(x, ids_cpu.to(device), w_cpu.to(device), model.experts, ids_cpu, backend)
+    inp = case_inputs(model, case, device, backend, seed)
+    x, ids_cpu = inp.x, inp.ids_cpu
     counts = torch.bincount(ids_cpu.reshape(-1), minlength=model.experts)
     row = {**asdict(case), "label": case.label, "experts": model.experts, "top_k": model.top_k,
            "hidden": model.hidden, "inter": model.inter, "experts_hit": distinct_experts(ids_cpu),
            "largest_expert_rows": int(counts.max()), "us": {}, "tflops": {}, "rel_err": {}, "rel_err_exact": {},
            "errors": {}}  # fmt: skip
-    sub = torch.tensor(check_tokens(case.tokens, seeded_generator(seed, "cpu", "check", case.label)), device=device)
+    sub = torch.tensor(checked_tokens(case, seed), device=device)
     w0 = weights["fp8"][0]
     args = (x[sub], inp.topk_ids[sub], inp.topk_weights[sub], w0.w13, w0.w13_scale, w0.w2, w0.w2_scale)
     yardstick, exact = reference_fused_experts(*args), exact_reference(*args)

@@ -147,9 +147,9 @@ def sort_by_expert(topk_ids: torch.Tensor, experts: int):
     return sorted_expert, order, ends.to(torch.int32)
 
 
-def grouped_alone(inp: Inputs, w: Fp8Weights, step_launches: tuple[int, int, int] = (0, 0, 0)):
-    """Our two grouped GEMMs on rows already sorted, permuted and quantized (both inputs made once, here); with
-    step_launches, that many one-element launches before, between and after them (where the step kernels run)."""
+def grouped_operands(inp: Inputs, w: Fp8Weights) -> tuple[torch.Tensor, ...]:
+    """(order, offs, a1, s1, h, a2, s2), made once in torch: rows sorted by expert (sort_by_expert), x quantized and
+    gathered, the fp32 gate/up product and its quantized activation: the two grouped GEMMs' inputs."""
     _, order, offs = sort_by_expert(inp.topk_ids, inp.experts)
     inter = w.w2.shape[2]
     xq, xs = quantize_activation(inp.x, fp8_dtype=w.w13.dtype)
@@ -159,6 +159,13 @@ def grouped_alone(inp: Inputs, w: Fp8Weights, step_launches: tuple[int, int, int
     )
     h = grouped_gemm(a1, w.w13, s1, w.w13_prepared, offs, out_dtype=torch.float32, backend=inp.backend)
     a2, s2 = quantize_activation(F.silu(h[:, :inter]) * h[:, inter:], fp8_dtype=w.w13.dtype)
+    return order, offs, a1, s1, h, a2, s2
+
+
+def grouped_alone(inp: Inputs, w: Fp8Weights, step_launches: tuple[int, int, int] = (0, 0, 0)):
+    """Our two grouped GEMMs on rows already sorted, permuted and quantized (both inputs made once, here); with
+    step_launches, that many one-element launches before, between and after them (where the step kernels run)."""
+    order, offs, a1, s1, h, a2, s2 = grouped_operands(inp, w)
     h_out = torch.zeros_like(h)
     y = torch.zeros(a1.shape[0], w.w2.shape[1], dtype=torch.bfloat16, device=a1.device)
 
