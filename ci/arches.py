@@ -1,7 +1,7 @@
 """The arch manifest: every packages/<package>/arch.toml, the one place an arch package's facts live.
 
 Read by the recipe checks (ci/render_recipes.py), the offline solve (ci/conda_offline.py), the machine-code
-checks (ci/compare_sass.py, tests/test_build_cuda.py), the GPU session (ci/gpu/session.sh), the pixi build
+checks (ci/compare_sass.py, tests/test_build_cuda.py), the GPU script (ci/gpu/run.sh build), the pixi build
 tasks and the GPU tables of README.md and docs/install.md.
 
 python3 ci/arches.py tables             rewrite the generated GPU tables in README.md and docs/install.md

@@ -84,7 +84,7 @@ def test_nothing_outside_the_package_folders_names_an_arch_for_the_packaging():
     pixi = arches.tomllib.loads(read("pixi.toml"))  # its GPU platforms are dev environments; its tasks build
     texts = {"pixi.toml tasks": str([pixi.get("tasks"), [f.get("tasks") for f in pixi["feature"].values()]])}
     texts |= {path: code(path) for path in ("ci/render_recipes.py", "ci/conda_offline.py", "ci/compare_sass.py")}
-    texts["ci/gpu/session.sh"] = "\n".join(line.split("#")[0] for line in read("ci/gpu/session.sh").splitlines())
+    texts["ci/gpu/run.sh"] = "\n".join(line.split("#")[0] for line in read("ci/gpu/run.sh").splitlines())
     for path, text in texts.items():
         named = [p for p in PACKAGES if p in text or re.search(rf"\b{short_name(p)}\b", text)]
         assert not named, f"{path} names {named}: read packages/*/arch.toml instead ({GUIDE})"

@@ -13,12 +13,13 @@ import fp8gemm
 import pytest
 import torch
 from conftest import backends_under_test, device_under_test, fp8_dtype_for
-from fp8gemm import conformance_grouped, grouped, registry
-from fp8gemm.conformance import DEFAULT_SEED, case_seed
+from fp8gemm import grouped, registry
 from fp8gemm.grouped_reference import reference_grouped
 from fp8gemm.protocol import GROUPED_MASKED
-from fp8gemm.reference import REFERENCE
+from fp8gemm.reference import REFERENCE, oracle
 from fp8gemm.registry import Selection
+from fp8gemm.testing import conformance, conformance_grouped
+from fp8gemm.testing.conformance import DEFAULT_SEED, case_seed
 
 BACKENDS = backends_under_test()
 DEVICE = device_under_test()
@@ -256,3 +257,39 @@ def test_gpu_graphs_replay_new_group_sizes(layout, backend):
         graph.replay()
         expected = call(a, b, sa, sb, rows, out=torch.full_like(out, math.nan))
     assert torch.equal(out.nan_to_num(7.0), expected.nan_to_num(7.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_call_gives_the_same_bits(backend, device):
+    """Ten calls of each grouped op on mixture-of-experts sizes (empty, one-row and uneven groups) give the same
+    bits, and the first is within the bf16 tolerance of the float64 oracle, group by group."""
+    print(f"seed {DEFAULT_SEED}")
+    gen = torch.Generator(device=device).manual_seed(DEFAULT_SEED)
+    fp8, (n, k), calls = fp8_dtype_for(device, backend), ((4096, 7168) if ON_GPU else (256, 512)), 10 if ON_GPU else 3
+    sizes = [900, 0, 13, 4000, 1, 64, 129, 2000] if ON_GPU else [90, 0, 13, 400, 1, 64, 129, 200]
+    masked = [64, 0, 17, 1, 33, 64, 5, 48]
+    g, m = len(sizes), sum(sizes)
+    b = conformance.random_fp8(g * n, k, fp8, device, gen).view(g, n, k)
+    sb = conformance.random_scales(g * n // 128, k // 128, device, gen).view(g, n // 128, k // 128)
+    a, sa = conformance.random_fp8(m, k, fp8, device, gen), conformance.random_scales(m, k // 128, device, gen)
+    a3 = conformance.random_fp8(g * 64, k, fp8, device, gen).view(g, 64, k)
+    sa3 = conformance.random_scales(g * 64, k // 128, device, gen).view(g, 64, k // 128)
+    offs = torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
+    masked_m = torch.tensor(masked, dtype=torch.int32, device=device)
+    runs = {
+        "contiguous": lambda: fp8gemm.grouped_gemm(a, b, sa, sb, offs, backend=backend),
+        "masked": lambda: fp8gemm.grouped_gemm_masked(a3, b, sa3, sb, masked_m, backend=backend),
+    }
+    for name, call in runs.items():
+        first = call()
+        assert all(torch.equal(first.view(torch.int16), call().view(torch.int16)) for _ in range(calls - 1)), name
+        starts = [0, *offs.tolist()[:-1]]
+        for group in range(g):
+            if name == "contiguous":
+                rows, out, a_g, sa_g = slice(starts[group], offs[group].item()), first, a, sa
+            else:
+                rows, out, a_g, sa_g = slice(0, masked[group]), first[group], a3[group], sa3[group]
+            if rows.stop > rows.start:
+                expected = oracle(a_g[rows], b[group], sa_g[rows], sb[group])
+                error = conformance.relative_error(out[rows], expected)
+                assert error <= conformance.TOLERANCE[torch.bfloat16], (name, group, error)

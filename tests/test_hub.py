@@ -176,7 +176,7 @@ def test_adapter_exposes_the_op_librarys_entries(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(
     bool(torch.version.cuda or torch.version.hip),
-    reason="a GPU torch makes kernel-builder's project a GPU build: ci/gpu/hub_builder.sh builds and checks that one",
+    reason="a GPU torch makes kernel-builder's project a GPU build: `bash ci/gpu/run.sh hub` builds and checks that one",
 )
 def test_kernel_builder_cpu_build_runs_the_core(tmp_path):
     """kernel-builder's CMake project (its templates, ci/hub/kernel_builder.py) for the CPU backend, built with the

@@ -11,7 +11,7 @@ to $OUT/inprocess_ab.json. `DeepGEMM=-` adds the installed deep_gemm (fp8gemm.pe
 Why: timed in separate processes, two identical builds differed by 0.975-1.041 per shape even as medians of ten
 rounds; in one process they agree to ~0.5% on shapes of 20 us and more
 (2-5% on ~12 us decode shapes). A variant's plan is its build's: to compare plan choices, build each one in.
-ci/gpu/refactor_ab.sh runs this on the benchmark shapes as the regression check of a refactor (docs/benchmarks.md).
+`bash ci/gpu/run.sh ab` runs this on the benchmark shapes as the regression check of a refactor (docs/benchmarks.md).
 
 Paired ratio: the median over rounds of (first variant's time / this variant's time) in the same round. A round's
 times fall in one of two states some 5% apart on the decode shapes (11.2 or 11.9 us at 64x7168x2048 on an H200),
@@ -30,8 +30,8 @@ import time
 import fp8gemm
 import torch
 from fp8gemm import bench, ops
-from fp8gemm.conformance import relative_error
 from fp8gemm.reference import oracle
+from fp8gemm.testing.conformance import relative_error
 from fp8gemm.validation import conform_scale
 
 DEEPGEMM = "DeepGEMM"
