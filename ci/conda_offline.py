@@ -166,9 +166,9 @@ def run_packaged_tests(package_file: Path, channel: Path) -> list:
 def info_on(prefix: Path, platform: str, name: str, targets: tuple[str, ...], arch: str) -> dict:
     """``fp8gemm info --json`` in ``prefix`` as on a GPU of this description (a CPU stands in for it)."""
     code = (
-        "import json, torch; from fp8gemm import registry; from fp8gemm.cli import _info_dict\n"
+        "import json, torch; from fp8gemm import registry; from fp8gemm.cli import info_dict\n"
         f"registry.describe_device = lambda d: registry.DeviceInfo({platform!r}, {name!r}, {targets!r}, {arch!r})\n"
-        "print(json.dumps(_info_dict(torch.device('cuda', 0), None)))"
+        "print(json.dumps(info_dict(torch.device('cuda', 0), None)))"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=prefix_env(prefix),
                          timeout=300)  # fmt: skip

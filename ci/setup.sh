@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a fresh machine with only PyPI (and, for the compile checks, Debian packages): the core,
-# its test/plot extras, the recipe renderer, and the GPU-less toolchains used for ISA checks.
+# its test extras, the benchmarks' package, the recipe renderer, and the GPU-less toolchains used for ISA checks.
 # Idempotent: a second run installs nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,8 @@ PY=${PYTHON:-python3}
 "$PY" -m pip install -q -e "packages/fp8gemm-core[test]" pybind11 scikit-build-core "cmake>=3.26" ninja "py-rattler-build>=0.40" nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "py-rattler>=0.10" pyyaml ruff \
   "kernels==0.17.2" "transformers==5.22.2"  # Hugging Face kernels: tests/test_hub.py loads the ci/build_hub.py
   # layout with it; tests/test_transformers_kernel.py runs transformers' FP8 modules on it (5.23+ take kernels >= 0.18.2)
+# The benchmarks' package (`fp8gemm bench`, fp8gemm_bench), on the core just installed.
+"$PY" -m pip install -q -e "bench[plot]"
 
 # nvcc for the CUDA build tests, from PyPI where the machine has none: CUDA 13.0's compiler, headers (cccl for
 # nv/target) and static runtime, all one release (tests/isa.py finds them under site-packages/nvidia/cu13/bin).

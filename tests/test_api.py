@@ -9,9 +9,9 @@ import sys
 import fp8gemm
 import pytest
 import torch
-from fp8gemm import conformance
 from fp8gemm.cli import main
 from fp8gemm.reference import oracle
+from fp8gemm.testing import conformance
 
 
 def _inputs(m=48, n=272, k=384, seed=0):

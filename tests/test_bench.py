@@ -6,8 +6,9 @@ import json
 
 import pytest
 import torch
-from fp8gemm import accuracy, bench, cli_bench
 from fp8gemm.cli import main
+from fp8gemm_bench import accuracy, bench
+from fp8gemm_bench import cli as cli_bench
 
 BLOCK_SCALED, PER_TENSOR, PER_ROW, BF16 = accuracy.RECIPES
 
@@ -170,8 +171,8 @@ def test_bench_rejects_an_unknown_gpu_state():
 
 def _fake_layer_bench(monkeypatch, device_name="GPU A"):
     """layer_bench.run with its GPU parts replaced: rows carry made-up times, the rest is the real bookkeeping."""
-    from fp8gemm import layer_bench
-    from fp8gemm.layer_peers import BF16, GEMM_ALONE, OURS
+    from fp8gemm_bench import layer_bench
+    from fp8gemm_bench.layer_peers import BF16, GEMM_ALONE, OURS
 
     timed = []
 
@@ -184,7 +185,7 @@ def _fake_layer_bench(monkeypatch, device_name="GPU A"):
     monkeypatch.setattr(layer_bench, "layer_paths", lambda device: {BF16: None, OURS: None})
     monkeypatch.setattr(layer_bench, "time_shape", time_shape)
     monkeypatch.setattr(layer_bench, "environment", lambda device, backend, seed: dict(env, seed=seed))
-    monkeypatch.setattr(layer_bench, "_peer_versions", lambda: {})
+    monkeypatch.setattr(layer_bench, "peer_versions", lambda: {})
     monkeypatch.setattr(layer_bench, "eager_wall", lambda device, seed: {"us_per_call": {"linear": 1.0, "gemm": 1.0}})
     monkeypatch.setattr(layer_bench, "quantize_bandwidth", lambda device, shapes, seed: [])
     return layer_bench, timed

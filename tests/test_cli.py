@@ -3,15 +3,26 @@ the fix, never a traceback; ``info`` fails where the backend asked for cannot ru
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from fp8gemm import accuracy, bench, cli, conformance, registry
+from fp8gemm import cli, cli_args, registry
 from fp8gemm.cli import main
+from fp8gemm.testing import conformance
+from fp8gemm_bench import accuracy, bench
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -117,7 +128,50 @@ def test_info_fails_where_no_installed_backend_fits_the_device(capsys, monkeypat
 )
 def test_argument_mistakes_exit_2_with_the_option_named(capsys, argv, words):
     code, _, err = run_cli(capsys, *argv, "--device", "cpu")
-    assert code == 2 and words in err and "Traceback" not in err
+    assert code == 2 and words in err and one_line(err)
+
+
+def one_line(err: str) -> bool:
+    """stderr as the command promises it: one line, no usage block, no traceback."""
+    return err.count("\n") == 1 and "usage:" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, where",
+    [
+        (["bench", "--bogus"], "fp8gemm bench"),
+        (["bench", "--device", "cpu", "--bogus", "3"], "fp8gemm bench"),
+        (["info", "--bogus"], "fp8gemm info"),
+        (["--bogus"], "fp8gemm"),
+        (["--bogus", "info"], "fp8gemm info"),
+    ],
+)
+def test_an_unknown_option_is_one_line_naming_it_and_the_help(capsys, argv, where):
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and one_line(err)
+    assert err.startswith(f"{where}: error: unrecognized argument(s) --bogus") and f"`{where} --help`" in err
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        ([], "fp8gemm: error: name a command; `fp8gemm --help` lists them"),
+        (["bnech"], "fp8gemm: error: argument command: invalid choice: 'bnech' (choose from 'info', 'check', 'bench')"),
+    ],
+)
+def test_a_missing_or_misspelt_command_is_one_line(capsys, argv, words):
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and one_line(err) and err.startswith(words)
+
+
+def test_a_report_path_under_a_file_names_the_file(capsys, tmp_path, monkeypatch):
+    (tmp_path / "afile").write_text("not a folder")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(accuracy, "run", lambda *a, **k: pytest.fail("ran before refusing --json"))
+    for option in ("--json", "--plot"):
+        code, _, err = run_cli(capsys, "bench", "--device", "cpu", option, "afile/x.json")
+        assert code == 2 and one_line(err) and "File exists" not in err
+        assert f"argument {option}: afile/x.json: afile is a file, not a folder" in err
 
 
 def test_plot_without_matplotlib_is_refused_before_the_run(capsys, monkeypatch):
@@ -125,11 +179,24 @@ def test_plot_without_matplotlib_is_refused_before_the_run(capsys, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else find_spec(name))
     monkeypatch.setattr(accuracy, "run", lambda *a, **k: pytest.fail("ran before refusing --plot"))
     code, _, err = run_cli(capsys, "bench", "--device", "cpu", "--plot", "x.png")
-    assert code == 2 and "argument --plot" in err and "pip install 'fp8gemm-core[plot]'" in err
+    assert code == 2 and one_line(err) and "argument --plot: matplotlib is needed here" in err
+    assert err.rstrip().endswith(f"not installed: {cli_args.INSTALL_HINTS['matplotlib']}")
+
+
+@pytest.mark.parametrize("module", sorted(cli_args.INSTALL_HINTS))
+def test_each_install_hint_names_the_distribution_that_provides_the_module(module):
+    """`pip install X` installs from PyPI: X must be the module's own distribution (as installed here), never an extra
+    of a package that is not on PyPI."""
+    words = cli_args.INSTALL_HINTS[module].split(" (")[0].split()
+    assert words[:2] == ["pip", "install"] and len(words) == 3 and "fp8gemm" not in words[2]
+    providers = importlib.metadata.packages_distributions().get(module)
+    if providers is None:
+        pytest.skip(f"{module} is not installed here: its distribution cannot be checked")
+    assert words[2] in providers
 
 
 @pytest.mark.parametrize(
-    "missing, hint", [("triton", "pip install triton"), ("safetensors", "pip install 'fp8gemm-core[checkpoint]'")]
+    "missing, hint", [("triton", "pip install triton"), ("safetensors", "pip install safetensors")]
 )
 def test_a_missing_optional_package_names_what_to_install(capsys, monkeypatch, missing, hint):
     def run(*args, **kwargs):
@@ -172,8 +239,63 @@ def test_check_prints_its_seed_and_takes_another(capsys, monkeypatch):
     seen = []
     monkeypatch.setattr(conformance, "cases", lambda device, n_random, seed: seen.append(seed) or [])
     monkeypatch.setattr(conformance, "BAD_INPUTS", [])
-    monkeypatch.setattr(cli, "_check_layer", lambda *a: 0)
+    monkeypatch.setattr(cli, "check_layer", lambda *a: [])
     code, out, _ = run_cli(capsys, "check", "--device", "cpu")
     assert code == 0 and f"seed {conformance.DEFAULT_SEED}" in out and seen == [conformance.DEFAULT_SEED]
     code, out, _ = run_cli(capsys, "check", "--device", "cpu", "--seed", "5")
     assert code == 0 and "--seed 5 repeats this run" in out and seen[-1] == 5
+
+
+# --- commands other packages add: `fp8gemm bench` through the fp8gemm.commands entry points ---------------------------
+
+
+def _command_entry_points(monkeypatch, *added: importlib.metadata.EntryPoint) -> None:
+    """The fp8gemm.commands entry points the CLI sees: ``added`` alone (other groups as installed)."""
+    entry_points = importlib.metadata.entry_points
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        lambda **kw: list(added) if kw.get("group") == cli.COMMAND_GROUP else entry_points(**kw),
+    )
+
+
+def test_the_bench_package_registers_the_bench_command():
+    (ep,) = [ep for ep in importlib.metadata.entry_points(group=cli.COMMAND_GROUP) if ep.name == "bench"]
+    assert ep.value == "fp8gemm_bench.cli" and ep.dist.name == "fp8gemm-bench"
+    command = ep.load()
+    assert callable(command.add_arguments) and callable(command.run) and command.HELP
+
+
+@pytest.mark.parametrize("argv", [["bench", "--device", "cpu", "--json", "x.json"], ["bench", "--help"]])
+def test_bench_without_its_package_says_how_to_install_it(capsys, monkeypatch, argv):
+    _command_entry_points(monkeypatch)
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and one_line(err) and not out
+    assert err.startswith("fp8gemm bench: error: the benchmarks are a package of their own")
+    assert err.rstrip().endswith("pip install ./bench")
+    pyproject = tomllib.loads((ROOT / "bench" / "pyproject.toml").read_text())  # what ./bench installs, from a checkout
+    assert pyproject["project"]["name"] == "fp8gemm-bench"
+    assert pyproject["project"]["entry-points"][cli.COMMAND_GROUP] == {"bench": "fp8gemm_bench.cli"}
+    assert run_cli(capsys, "info", "--device", "cpu")[0] == 0
+
+
+def test_help_lists_a_command_that_is_not_installed(capsys, monkeypatch):
+    _command_entry_points(monkeypatch)
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0 and "[not installed]" in out and "bench" in out
+
+
+def test_without_rich_info_runs_and_bench_says_why_it_cannot():
+    """rich missing: `fp8gemm info` still runs (the core prints plain text); `fp8gemm bench` says why it cannot."""
+    code = (
+        "import sys; sys.modules['rich'] = None\n"  # an import of rich now raises ModuleNotFoundError
+        "from fp8gemm.cli import main\n"
+        "print('info', main(['info', '--device', 'cpu']), flush=True)\n"
+        "print('bench', main(['bench', '--device', 'cpu']), flush=True)\n"
+        "assert 'rich' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "selected: reference" in run.stdout and "info 0" in run.stdout and "bench 2" in run.stdout
+    assert run.stderr.startswith("fp8gemm bench: error: the package that adds `fp8gemm bench` (fp8gemm_bench.cli)")
+    assert "fails to load: rich is needed here and is not installed: pip install rich" in run.stderr

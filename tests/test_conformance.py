@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import backends_under_test, device_under_test, fp8_dtype_for
-from fp8gemm import conformance
+from fp8gemm.testing import conformance
 
 BACKENDS = backends_under_test()
 CASES = conformance.cases(device_under_test(), n_random=6)  # random shapes from conformance.DEFAULT_SEED

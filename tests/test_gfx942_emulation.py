@@ -19,9 +19,10 @@ import fp8gemm
 import pytest
 import torch
 from conftest import cpu_tensors_play_a_gpu
-from fp8gemm import conformance, ops, registry, runtime
+from fp8gemm import ops, registry, runtime
 from fp8gemm.protocol import GROUPED_ARGS, LAUNCH_ARGS, MOE_ARGS, PROTOCOL_VERSION, QUANTIZE_ARGS
 from fp8gemm.reference import oracle
+from fp8gemm.testing import conformance
 from isa import ROOT, require_tool
 
 EMULATION = ROOT / "packages" / "fp8gemm-rocm-gfx942" / "emulation"

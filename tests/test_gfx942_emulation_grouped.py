@@ -15,9 +15,9 @@ import math
 import pytest
 import test_gfx942_emulation
 import torch
-from fp8gemm import conformance, conformance_grouped
 from fp8gemm.protocol import GROUPED_ARGS, GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS
 from fp8gemm.reference import BLOCK, oracle
+from fp8gemm.testing import conformance, conformance_grouped
 
 FP8 = test_gfx942_emulation.FP8
 emulator, mi300x = test_gfx942_emulation.emulator, test_gfx942_emulation.mi300x  # built once for the test run

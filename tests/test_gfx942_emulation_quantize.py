@@ -10,7 +10,8 @@ import fp8gemm
 import pytest
 import test_gfx942_emulation
 import torch
-from fp8gemm import conformance_layer, quantize, runtime
+from fp8gemm import quantize, runtime
+from fp8gemm.testing import conformance_layer
 
 FP8 = test_gfx942_emulation.FP8
 emulator, mi300x = test_gfx942_emulation.emulator, test_gfx942_emulation.mi300x  # built once for the test run

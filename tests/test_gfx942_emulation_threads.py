@@ -7,7 +7,7 @@ import fp8gemm
 import pytest
 import test_gfx942_emulation
 import torch
-from fp8gemm import conformance
+from fp8gemm.testing import conformance
 from test_gfx942_emulation import FP8, gfx942_emulator
 
 emulator = test_gfx942_emulation.emulator  # built once for the test run, shared with the kernel tests

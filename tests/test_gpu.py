@@ -9,8 +9,9 @@ import fp8gemm
 import pytest
 import torch
 from conftest import backends_under_test, device_under_test
-from fp8gemm import conformance, runtime
+from fp8gemm import runtime
 from fp8gemm.reference import oracle
+from fp8gemm.testing import conformance
 from sm90a_kernel_shapes import KERNEL_SHAPES
 from test_moe import MoeCase, make_case
 

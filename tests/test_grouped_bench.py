@@ -7,12 +7,13 @@ import json
 import time
 
 import pytest
-from fp8gemm import cli_bench, grouped_bench, grouped_peers
-from fp8gemm.bench import seeded_generator
 from fp8gemm.cli import main
-from fp8gemm.grouped_peers import BF16, DENSE_LOOP, DG_CONTIGUOUS, DG_CONTIGUOUS_GEMM, DG_MASKED, DG_PADDING
-from fp8gemm.grouped_peers import OURS_CONTIGUOUS as OURS_C
-from fp8gemm.grouped_peers import OURS_MASKED as OURS_M
+from fp8gemm_bench import cli as cli_bench
+from fp8gemm_bench import grouped_bench, grouped_peers
+from fp8gemm_bench.bench import seeded_generator
+from fp8gemm_bench.grouped_peers import BF16, DENSE_LOOP, DG_CONTIGUOUS, DG_CONTIGUOUS_GEMM, DG_MASKED, DG_PADDING
+from fp8gemm_bench.grouped_peers import OURS_CONTIGUOUS as OURS_C
+from fp8gemm_bench.grouped_peers import OURS_MASKED as OURS_M
 
 
 def test_the_case_lists_are_the_ones_the_issue_names():
@@ -115,7 +116,7 @@ TINY = [
 
 
 def test_the_harness_runs_end_to_end_on_cpu_and_its_json_plots(tmp_path, monkeypatch):
-    monkeypatch.setattr(grouped_peers, "_deep_gemm", _no_deep_gemm)
+    monkeypatch.setattr(grouped_peers, "deep_gemm_module", _no_deep_gemm)
     saved = []
     report = grouped_bench.run("cpu", TINY, progress=lambda t: None, checkpoint=lambda r: saved.append(len(r["rows"])),
                                timer=_wall_timer)  # fmt: skip

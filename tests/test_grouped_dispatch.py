@@ -14,7 +14,7 @@ import fp8gemm
 import pytest
 import torch
 from conftest import cpu_tensors_play_a_gpu
-from fp8gemm import conformance_grouped, registry
+from fp8gemm import registry
 from fp8gemm.grouped_reference import reference_grouped
 from fp8gemm.protocol import (
     GROUPED_ARGS,
@@ -28,6 +28,7 @@ from fp8gemm.protocol import (
     ScaleLayout,
 )
 from fp8gemm.registry import DeviceInfo, InstalledBackend
+from fp8gemm.testing import conformance_grouped
 
 H100 = DeviceInfo("cuda", "Fake H100", ("sm_90a", "sm_90"), "9.0")
 ALL_LAYOUTS = (GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import backends_under_test
-from fp8gemm import conformance_layer as layer
+from fp8gemm.testing import conformance_layer as layer
 
 BACKENDS = backends_under_test()
 QUANT_CASES = layer.quant_cases()

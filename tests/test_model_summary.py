@@ -1,14 +1,9 @@
-"""ci/gpu/model_summary.py: the whole-model report's ratios and targets, from a synthetic report."""
+"""fp8gemm_bench.model_summary: the whole-model report's ratios and targets, from a synthetic report."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from isa import ROOT
-
-sys.path.insert(0, str(ROOT / "ci" / "gpu"))
-import model_summary  # noqa: E402
+from fp8gemm_bench import model_summary
 
 
 def _variant(graph: dict, compiled: dict | None = None) -> dict:

@@ -15,12 +15,13 @@ import fp8gemm
 import pytest
 import torch
 from conftest import backends_under_test, cpu_tensors_play_a_gpu, device_under_test, fp8_dtype_for
-from fp8gemm import conformance, moe, registry
-from fp8gemm.conformance import DEFAULT_SEED
+from fp8gemm import moe, registry
 from fp8gemm.moe_reference import reference_fused_experts
 from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, MN_MAJOR, ScaleLayout
 from fp8gemm.reference import REFERENCE
 from fp8gemm.registry import InstalledBackend, Selection
+from fp8gemm.testing import conformance
+from fp8gemm.testing.conformance import DEFAULT_SEED
 from test_grouped import refuse_host_reads
 from test_grouped_dispatch import H100, make_backend
 

@@ -11,9 +11,11 @@ import types
 
 import pytest
 import torch
-from fp8gemm import cli_bench, grouped_peers, moe_bench, moe_peers
 from fp8gemm.cli import main
-from fp8gemm.moe_peers import (
+from fp8gemm.moe_reference import dequantize64
+from fp8gemm_bench import cli as cli_bench
+from fp8gemm_bench import grouped_peers, moe_bench, moe_peers
+from fp8gemm_bench.moe_peers import (
     BF16_GROUPED,
     BF16_LOOP,
     DG_PIPELINE,
@@ -26,7 +28,6 @@ from fp8gemm.moe_peers import (
     STEP_FLOOR_FUSED_COMBINE,
     STEP_FLOORS,
 )
-from fp8gemm.moe_reference import dequantize64
 
 
 def _transformers_status() -> str | None:
@@ -77,8 +78,8 @@ def fake_deep_gemm():
 @pytest.fixture
 def with_peers(monkeypatch):
     """DeepGEMM's pipeline on the stand-in; transformers' kernel state restored afterwards."""
-    monkeypatch.setattr(moe_peers, "_deep_gemm", fake_deep_gemm)
-    monkeypatch.setattr(grouped_peers, "_deep_gemm", fake_deep_gemm)
+    monkeypatch.setattr(moe_peers, "deep_gemm_module", fake_deep_gemm)
+    monkeypatch.setattr(grouped_peers, "deep_gemm_module", fake_deep_gemm)
     missing = moe_peers.missing_paths(torch.device("cpu"))
     monkeypatch.setattr(moe_bench, "missing_paths", lambda device: {k: v for k, v in missing.items()
                                                                     if k not in moe_peers.DEEPGEMM_PATHS})  # fmt: skip

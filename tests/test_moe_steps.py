@@ -18,12 +18,13 @@ import pytest
 import test_gfx942_emulation
 import torch
 from conftest import backends_under_test, device_under_test
-from fp8gemm import conformance, moe, moe_steps, registry
-from fp8gemm.conformance import DEFAULT_SEED
+from fp8gemm import moe, moe_steps, registry
 from fp8gemm.moe_reference import reference_fused_experts
 from fp8gemm.protocol import K_MAJOR, MN_MAJOR, MOE_ARGS, MOE_COMBINE, MOE_MAX_EXPERTS, MOE_ROUTE, OUT_BF16, ScaleLayout
 from fp8gemm.quantize import empty_scale, reference_quantize
 from fp8gemm.runtime import IN_KINDS
+from fp8gemm.testing import conformance
+from fp8gemm.testing.conformance import DEFAULT_SEED
 from test_grouped_dispatch import make_backend
 from test_moe import MoeCase, bound, make_case
 

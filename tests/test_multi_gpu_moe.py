@@ -12,8 +12,9 @@ import fp8gemm
 import pytest
 import torch
 from conftest import backends_under_test, device_under_test, fp8_dtype_for
-from fp8gemm import conformance, moe
+from fp8gemm import moe
 from fp8gemm.moe_reference import reference_fused_experts
+from fp8gemm.testing import conformance
 from test_moe import BF16_BOUND, MoeCase, case_seed, make_case, make_routing
 
 pytestmark = pytest.mark.skipif(

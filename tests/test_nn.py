@@ -7,9 +7,9 @@ import copy
 import fp8gemm
 import pytest
 import torch
-from fp8gemm import conformance
 from fp8gemm.nn import Fp8Linear, convert
 from fp8gemm.reference import oracle
+from fp8gemm.testing import conformance
 from torch import nn
 
 BF16_BOUND = 4e-3  # the conformance suite's bound for bf16 output against the float64 oracle

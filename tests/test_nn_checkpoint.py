@@ -7,8 +7,8 @@ import json
 import fp8gemm
 import pytest
 import torch
-from fp8gemm import conformance
 from fp8gemm.nn import Fp8Linear, convert, load_fp8_checkpoint, to_fp8_dtype
+from fp8gemm.testing import conformance
 from safetensors.torch import save_file
 from test_nn import BF16_BOUND, expected_output
 from torch import nn

@@ -9,9 +9,9 @@ import copy
 import fp8gemm
 import pytest
 import torch
-from fp8gemm import conformance
 from fp8gemm.moe_reference import reference_fused_experts
 from fp8gemm.nn import Fp8Experts, convert, load_fp8_checkpoint
+from fp8gemm.testing import conformance
 from safetensors.torch import save_file
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 

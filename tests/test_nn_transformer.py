@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 
 import torch
-from fp8gemm import conformance
 from fp8gemm.nn import Fp8Linear, convert, load_fp8_checkpoint
+from fp8gemm.testing import conformance
 from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 

@@ -7,8 +7,8 @@ import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
 import torch
-from fp8gemm import conformance
 from fp8gemm.reference import oracle
+from fp8gemm.testing import conformance
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

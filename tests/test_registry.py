@@ -15,8 +15,9 @@ import fp8gemm
 import pytest
 import torch
 from conftest import cpu_tensors_play_a_gpu
-from fp8gemm import conformance, ops, registry
+from fp8gemm import ops, registry
 from fp8gemm.registry import DeviceInfo
+from fp8gemm.testing import conformance
 
 H100 = DeviceInfo("cuda", "Fake H100", ("sm_90a", "sm_90"), "9.0")
 MI300X = DeviceInfo("rocm", "Fake MI300X", ("gfx942",), "gfx942:sramecc+:xnack-")

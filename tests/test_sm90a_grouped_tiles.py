@@ -11,8 +11,9 @@ import dataclasses
 import pytest
 import torch
 from conftest import device_under_test
-from fp8gemm import conformance_grouped, registry
+from fp8gemm import registry
 from fp8gemm.registry import Selection
+from fp8gemm.testing import conformance_grouped
 
 DEVICE = device_under_test()
 sm90a = pytest.importorskip("fp8gemm_cuda_sm90a._C") if DEVICE.type == "cuda" else None

@@ -1,7 +1,7 @@
 """``experts_implementation="fp8gemm"`` (fp8gemm.hf.experts): transformers' own FP8Experts, and a small Qwen3-MoE
 model quantized as transformers' FineGrainedFP8Config quantizes it, run as ``fp8gemm.fused_experts``; on CPU, on
 fp8gemm's reference. The modules are built as tests/test_transformers_kernel.py builds them (transformers refuses FP8
-models on CPU at load), the model as ci/gpu/models.py's ``--tiny`` mode builds it.
+models on CPU at load), the model as fp8gemm_bench.models' ``--tiny`` mode builds it.
 
 What is compared, and why the bound against transformers' grouped_mm route is not the GEMM bound: both routes quantize
 the intermediate silu(gate) * up to FP8 before the down projection, transformers from a gate/up product rounded to bf16
@@ -16,15 +16,14 @@ import os
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import fp8gemm
 import pytest
 import torch
 from fp8gemm import hf
-from fp8gemm.conformance import relative_error
 from fp8gemm.hf import experts as hf_experts
 from fp8gemm.moe_reference import dequantize64, reference_fused_experts
+from fp8gemm.testing.conformance import relative_error
 from test_moe import BF16_BOUND
 from test_transformers_kernel import (
     EXPERTS,
@@ -280,16 +279,15 @@ def test_bf16_experts_run_transformers_grouped_mm():
 
 
 def _models_script():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ci" / "gpu"))
-    import models
+    from fp8gemm_bench import models
 
     return models
 
 
 def test_qwen3_moe_runs_with_experts_implementation_fp8gemm(tmp_path, monkeypatch):
     """A Qwen3-MoE model saved in bf16, loaded with experts_implementation="fp8gemm" (transformers validates the name
-    at init, before any quantization), its linears and experts replaced by transformers' FP8 modules as ci/gpu/models.py
-    does on CPU; logits against set_experts_implementation("grouped_mm") on the same model."""
+    at init, before any quantization), its linears and experts replaced by transformers' FP8 modules as
+    fp8gemm_bench.models does on CPU; logits against set_experts_implementation("grouped_mm") on the same model."""
     from transformers import AutoModelForCausalLM, Qwen3MoeConfig
 
     torch.manual_seed(SEED)

@@ -25,9 +25,9 @@ import fp8gemm
 import pytest
 import torch
 from fp8gemm import hf, registry
-from fp8gemm.conformance import TOLERANCE, relative_error
 from fp8gemm.reference import REFERENCE, oracle
 from fp8gemm.registry import Selection
+from fp8gemm.testing.conformance import TOLERANCE, relative_error
 from test_grouped import HostRead, refuse_host_reads
 
 SEED = int(os.environ.get("FP8GEMM_TEST_SEED", "20261201"))
@@ -239,7 +239,7 @@ def run_route(route: str, hub: Path, tmp_path: Path) -> dict:
 @pytest.mark.skipif(
     bool(torch.version.cuda or torch.version.hip),
     reason="kernels resolves a GPU variant under this torch and this layout holds torch-cpu only "
-    "(ci/gpu/models.py runs both routes on the GPU)",
+    "(python3 -m fp8gemm_bench.models runs both routes on the GPU)",
 )
 def test_transformers_fp8_modules_run_on_fp8gemm_by_both_routes(hub, tmp_path):
     print(f"data seed {SEED} (FP8GEMM_TEST_SEED)")

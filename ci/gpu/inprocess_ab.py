@@ -6,7 +6,7 @@ Each DIR holds an installed copy of fp8gemm_cuda_sm90a (`pip install --target DI
 or a modified copy of the package). Per shape all variants run on the same tensors (the same addresses), each
 timed as `fp8gemm bench --rounds` times (do_bench median, L2 flushed, the order reversed every round);
 the medians, their ratios to the first variant and the paired ratios (see below) are printed, and every round goes
-to $OUT/inprocess_ab.json. `DeepGEMM=-` adds the installed deep_gemm (fp8gemm.peers) as a column.
+to $OUT/inprocess_ab.json. `DeepGEMM=-` adds the installed deep_gemm (fp8gemm_bench.peers) as a column.
 
 Why: timed in separate processes, two identical builds differed by 0.975-1.041 per shape even as medians of ten
 rounds; in one process they agree to ~0.5% on shapes of 20 us and more
@@ -29,10 +29,11 @@ import time
 
 import fp8gemm
 import torch
-from fp8gemm import bench, ops
+from fp8gemm import ops
 from fp8gemm.reference import oracle
 from fp8gemm.testing.conformance import relative_error
 from fp8gemm.validation import conform_scale
+from fp8gemm_bench import bench
 
 DEEPGEMM = "DeepGEMM"
 
@@ -66,7 +67,7 @@ def shape_calls(backends: dict, with_deepgemm: bool, m: int, n: int, k: int):
         calls[name]()
         errors[name] = relative_error(out, ref)
     if with_deepgemm:
-        from fp8gemm.peers import available_peers
+        from fp8gemm_bench.peers import available_peers
 
         calls[DEEPGEMM] = available_peers(torch.device("cuda"))[DEEPGEMM](a, b, a_scale, b_scale, torch.bfloat16)
         errors[DEEPGEMM] = relative_error(calls[DEEPGEMM](), ref)

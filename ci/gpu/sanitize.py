@@ -4,7 +4,7 @@ GEMMs in both layouts (empty groups, rows past offs[-1], every masked_m up to M_
 import sys
 
 import torch
-from fp8gemm import conformance, conformance_grouped
+from fp8gemm.testing import conformance, conformance_grouped
 
 backend = sys.argv[1] if len(sys.argv) > 1 else None
 grouped_only = "--grouped-only" in sys.argv[2:]  # the grouped kernels' cases alone

@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from fp8gemm import gemm, preferred_fp8_dtype, prepare_weight_scale, quantize_activation, quantize_weight
 
 from .bench import DEFAULT_SEED, seeded_generator
-from .ops import gemm, preferred_fp8_dtype, prepare_weight_scale
-from .quantize import quantize_activation, quantize_weight
 
 DATA = {
     "normal": "Gaussian x and w",

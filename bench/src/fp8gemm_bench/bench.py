@@ -15,13 +15,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from fp8gemm import (
+    __version__,
+    gemm,
+    preferred_fp8_dtype,
+    prepare_weight_scale,
+    quantize_activation,
+    quantize_weight,
+    registry,
+)
+from fp8gemm.reference import oracle
+from fp8gemm.testing.conformance import relative_error
 
-from . import __version__, registry
-from .conformance import relative_error
-from .ops import gemm, preferred_fp8_dtype, prepare_weight_scale
 from .peers import available_peers
-from .quantize import quantize_activation, quantize_weight
-from .reference import oracle
 
 DEEPSEEK_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 SHAPE_SETS: dict[str, list[tuple[int, int, int]]] = {
@@ -193,7 +199,7 @@ def run(
                 result = runners[name]()
                 shape_rows[name]["rel_err"] = relative_error(result, ref) if ref is not None else None
             except Exception as exc:  # a peer that cannot run this shape is recorded, not fatal
-                shape_rows[name]["error"] = _error_text(exc)
+                shape_rows[name]["error"] = error_text(exc)
                 runners.pop(name, None)
         time_rounds(runners, shape_rows, timer, rounds, progress)
         rows.extend(shape_rows.values())
@@ -203,7 +209,8 @@ def run(
     return report
 
 
-def _error_text(exc: Exception) -> str:
+def error_text(exc: Exception) -> str:
+    """Why a path was not timed, in one line: the exception's type and the start of its message."""
     return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
 
 
@@ -221,7 +228,7 @@ def time_rounds(runners: dict, rows: dict, timer, rounds: int, progress) -> None
                 try:
                     samples[name].append(timer(runners[name]))
                 except Exception as exc:
-                    rows[name]["error"] = _error_text(exc)
+                    rows[name]["error"] = error_text(exc)
                     del runners[name], samples[name]
             if progress:
                 progress()

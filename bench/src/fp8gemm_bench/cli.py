@@ -1,27 +1,62 @@
 """``fp8gemm bench``: the GEMM or the Linear layer timed against the peers on a GPU; without one, the recipe's
 accuracy. Every random draw comes from one seed (``--seed``, default ``bench.DEFAULT_SEED``), printed and kept in
-the ``--json`` report's environment."""
+the ``--json`` report's environment.
+
+The core's ``fp8gemm`` command finds this module through the ``fp8gemm.commands`` entry point ``bench`` and uses its
+``HELP``, ``add_arguments`` and ``run``."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
 from pathlib import Path
 
 import torch
+from fp8gemm import registry
+from fp8gemm.cli_args import UsageError, count_argument, default_device, error_message, requested_backend
+from fp8gemm.testing import conformance
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from . import accuracy, bench, conformance, grouped_bench, layer_bench, moe_bench, registry
-from .cli_args import UsageError, count_argument, default_device, plot_argument, requested_backend, shape_argument
+from . import accuracy, bench, grouped_bench, layer_bench, moe_bench
 
+HELP = "time ours against the available peers (without a GPU: the recipe's accuracy)"
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
-def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+def shape_argument(text: str) -> tuple[int, int, int]:
+    """``--shapes``: one ``M,N,K`` the GEMM accepts, or argparse's error naming the option and the fix."""
+    try:
+        return bench.parse_shape(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def output_argument(text: str) -> Path:
+    """``--json``: a file path whose folder exists or can be made (not under a file, not a folder itself)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; name a file in it, e.g. {path / 'report.json'}")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: {parent} is a file, not a folder; name a path in a folder")
+        if parent.exists():
+            break
+    return path
+
+
+def plot_argument(text: str) -> Path:
+    """``--plot``: a PNG path, refused at once where matplotlib is missing (not after a run of minutes)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise argparse.ArgumentTypeError(error_message(ModuleNotFoundError(name="matplotlib")))
+    return output_argument(text)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``fp8gemm bench``."""
     p.add_argument("--set", choices=sorted(bench.SHAPE_SETS), default="deepseek-v3", help="named shape set")
     p.add_argument(
@@ -32,7 +67,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
         help=f"shapes instead of a set; N a multiple of {bench.N_MULTIPLE}, K of {bench.K_MULTIPLE}",
     )
     p.add_argument("--out-dtype", choices=("bfloat16", "float32"), default="bfloat16")
-    p.add_argument("--json", type=Path, help="write results to this JSON file")
+    p.add_argument("--json", type=output_argument, help="write results to this JSON file")
     p.add_argument("--plot", type=plot_argument, help="write a bar chart to this PNG file (needs matplotlib)")
     p.add_argument(
         "--gpu-state",
@@ -80,7 +115,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def cmd_bench(args) -> int:
+def run(args) -> int:
+    """Run ``fp8gemm bench``; its exit status."""
     device = args.device or default_device()
     backend = requested_backend(args)
     if sum(map(bool, (args.layer, args.grouped, args.moe))) > 1:

@@ -14,20 +14,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from fp8gemm import preferred_fp8_dtype, quantize_activation, quantize_weight, registry
+from fp8gemm.grouped import uses_grouped_kernel
+from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED
+from fp8gemm.reference import oracle
+from fp8gemm.testing.conformance import TOLERANCE, relative_error
 
-from . import registry
 from .bench import (
     DEFAULT_SEED,
-    _error_text,
     earlier_rows,
     environment,
+    error_text,
     geomean,
     plot_cases,
     row_text,
     seeded_generator,
 )
-from .conformance import TOLERANCE, relative_error
-from .grouped import uses_grouped_kernel
 from .grouped_peers import (
     BF16,
     CONTIGUOUS_PATHS,
@@ -47,11 +49,7 @@ from .grouped_peers import (
     deepgemm_padding,
     missing_paths,
 )
-from .layer_bench import _peer_versions, time_graph
-from .ops import preferred_fp8_dtype
-from .protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED
-from .quantize import quantize_activation, quantize_weight
-from .reference import oracle
+from .layer_bench import peer_versions, time_graph
 
 # DeepGEMM's grouped test shapes (groups x expected rows per group; each group's rows drawn in [0.7, 1.3] x that).
 DEEPGEMM_CONTIGUOUS_GROUPS = [(4, 8192), (8, 4096)]
@@ -237,7 +235,7 @@ def time_case(case: Case, device, backend, seed, timer, l2_bytes: int, missing: 
             if name != DG_PADDING:
                 row["tflops"][name] = 2.0 * m * case.n * case.k / seconds / 1e12
         except Exception as exc:  # a path that cannot run this case is reported, not fatal
-            row["errors"][name] = _error_text(exc)
+            row["errors"][name] = error_text(exc)
         finally:
             runs = out = None
             if device.type == "cuda":
@@ -311,7 +309,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     missing = missing_paths(device)
     env = environment(device, backend, seed)
     env.update(method="CUDA graph over expert-weight copies >= 2x L2; median of replays; TFLOP/s on real rows",
-               peers=_peer_versions(), ours_runs={k: "kernel" if v else "reference" for k, v in kernel_layouts.items()},
+               peers=peer_versions(), ours_runs={k: "kernel" if v else "reference" for k, v in kernel_layouts.items()},
                deepgemm_alignment=_alignment(), missing={k: v for k, v in missing.items()})  # fmt: skip
     labels = [c.label for c in cases]
     rows = earlier_rows(earlier, env, lambda r: r["label"] in labels)

@@ -23,10 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-
-from .grouped import grouped_gemm, grouped_gemm_masked
-from .ops import gemm, prepare_weight_scale
-from .reference import expand_scales
+from fp8gemm import gemm, grouped_gemm, grouped_gemm_masked, prepare_weight_scale
+from fp8gemm.reference import expand_scales
 
 OURS_CONTIGUOUS = "fp8gemm.grouped_gemm (offs)"
 OURS_MASKED = "fp8gemm.grouped_gemm_masked"
@@ -164,14 +162,15 @@ def bf16_grouped_mm(p: Problem, b, b_scale):
     return run, _packed
 
 
-def _deep_gemm():
+def deep_gemm_module():
+    """DeepGEMM where it is installed; an ImportError otherwise (its paths are then reported missing)."""
     import deep_gemm  # optional; a missing install is reported, not fatal
 
     return deep_gemm
 
 
 def deepgemm_alignment(dg=None) -> int:
-    dg = dg or _deep_gemm()
+    dg = dg or deep_gemm_module()
     get = getattr(dg, "get_mk_alignment_for_contiguous_layout", None) or dg.get_m_alignment_for_contiguous_layout
     return int(get())
 
@@ -181,7 +180,8 @@ def _mn_major(dg, scale: torch.Tensor) -> torch.Tensor:
     return to_mn_major(scale) if to_mn_major else scale
 
 
-def _dg_contiguous_fn(dg):
+def dg_contiguous_fn(dg):
+    """DeepGEMM's contiguous grouped GEMM as one call ``(a, b, d, ids)``, before and after its API rename."""
     fn = getattr(dg, "m_grouped_fp8_gemm_nt_contiguous", None)
     if fn is not None:
         return lambda a, b, d, ids: fn(a, b, d, ids, disable_ue8m0_cast=True)
@@ -214,8 +214,8 @@ def _dg_padded(p: Problem, dg):
 
 
 def deepgemm_contiguous(p: Problem, b, b_scale, with_padding: bool = True):
-    dg = _deep_gemm()
-    call = _dg_contiguous_fn(dg)
+    dg = deep_gemm_module()
+    call = dg_contiguous_fn(dg)
     pad, a_pad, s_pad, ids, dest = _dg_padded(p, dg)
     out = torch.empty(a_pad.shape[0], p.n, dtype=torch.bfloat16, device=p.a.device)
     pad()
@@ -235,12 +235,12 @@ def deepgemm_contiguous_gemm(p: Problem, b, b_scale):
 
 def deepgemm_padding_alone(p: Problem, b, b_scale):
     """Only the copy into the padded layout; its output is no GEMM, so the check reads the padded activations."""
-    pad, _, _, _, dest = _dg_padded(p, _deep_gemm())
+    pad, _, _, _, dest = _dg_padded(p, deep_gemm_module())
     return pad, lambda o, idx: o[dest[idx.to(o.device)]]
 
 
 def deepgemm_masked(p: Problem, b, b_scale):
-    dg = _deep_gemm()
+    dg = deep_gemm_module()
     call = _dg_masked_fn(dg)
     a3, s3, masked_m = p.masked()
     s3 = _mn_major(dg, s3)
@@ -270,7 +270,7 @@ def missing_paths(device: torch.device) -> dict[str, str]:
     """Paths that cannot run here, each with why (a peer not installed, or one that needs a CUDA GPU)."""
     missing = {}
     try:
-        _deep_gemm()
+        deep_gemm_module()
         if device.type != "cuda":
             raise RuntimeError("DeepGEMM runs on CUDA GPUs only")
     except Exception as exc:

@@ -13,8 +13,10 @@ import statistics
 from pathlib import Path
 
 import torch
+from fp8gemm import gemm, linear, prepare_weight_scale, quantize_activation, quantize_weight, runtime
+from fp8gemm.protocol import IN_BF16, LAUNCH_ARGS, LINEAR_ARGS, OUT_BF16
+from fp8gemm.testing.conformance import relative_error
 
-from . import runtime
 from .bench import (
     DEFAULT_SEED,
     earlier_rows,
@@ -24,12 +26,7 @@ from .bench import (
     installed_versions,
     seeded_generator,
 )
-from .conformance import relative_error
 from .layer_peers import BF16, GEMM_ALONE, OURS, gemm_alone, layer_paths
-from .linear import linear
-from .ops import gemm, prepare_weight_scale
-from .protocol import IN_BF16, LAUNCH_ARGS, LINEAR_ARGS, OUT_BF16
-from .quantize import quantize_activation, quantize_weight
 
 LAYER_NK = [(2112, 7168), (7168, 2048), (4096, 7168), (24576, 1536)]
 LAYER_M = [1, 16, 64, 128, 512, 4096]
@@ -230,7 +227,7 @@ def run(
     shapes = shapes or [(m, n, k) for n, k in LAYER_NK for m in LAYER_M]
     report = {"environment": environment(device, None, seed), "paths": list(paths) + [GEMM_ALONE], "partial": True}
     report["environment"]["method"] = "CUDA graph over weight copies >= 2x L2; median of replays"
-    report["environment"]["peers"] = _peer_versions()
+    report["environment"]["peers"] = peer_versions()
     rows = earlier_rows(earlier, report["environment"], lambda r: (r["m"], r["n"], r["k"]) in shapes)
     report["environment"]["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
     report["rows"] = rows
@@ -250,7 +247,8 @@ def run(
     return report
 
 
-def _peer_versions() -> dict[str, str]:
+def peer_versions() -> dict[str, str]:
+    """The installed versions of the layer peers, kept in each report's environment."""
     return installed_versions(("torchao", "transformers", "deep_gemm", "triton"))
 
 

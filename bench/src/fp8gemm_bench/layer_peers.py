@@ -11,10 +11,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-
-from .linear import linear
-from .ops import gemm, prepare_weight_scale
-from .quantize import quantize_activation, quantize_weight
+from fp8gemm import gemm, linear, prepare_weight_scale, quantize_activation, quantize_weight
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
 Prepare = Callable[[torch.Tensor], Forward]

@@ -1,5 +1,5 @@
-"""ci/gpu/models.py's summary: each variant's speed over bf16 and over ``convert`` per batch, in CUDA graphs and under
-torch.compile, against the targets docs/benchmarks.md names; logits' errors and the routes' bitwise equality."""
+"""fp8gemm_bench.models' summary: each variant's speed over bf16 and over ``convert`` per batch, in CUDA graphs and
+under torch.compile, against the targets docs/benchmarks.md names; logits' errors and the routes' bitwise equality."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ time per batch (batch x seq tokens, ``use_cache=False``, logits of the last toke
 static inputs and under ``torch.compile``. Every variant runs in its own process (transformers keeps the first
 finegrained-fp8 kernel it loads); a variant or timing that fails is recorded and the rest go on.
 
-    python3 ci/gpu/models.py --out $OUT [--hub output/hub] [--quick]      # GPU
-    python3 ci/gpu/models.py --device cpu --tiny --out /tmp/models         # CPU: runs end to end, no timing graphs
+    python3 -m fp8gemm_bench.models --out $OUT [--hub output/hub] [--quick]      # GPU
+    python3 -m fp8gemm_bench.models --device cpu --tiny --out /tmp/models         # CPU: end to end, no timing graphs
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 import traceback
 from pathlib import Path
 
-from model_summary import HF_ROUTES, TARGETS, rel, summarize
+from .model_summary import HF_ROUTES, TARGETS, rel, summarize
 
 REPO_ID = "kernels-community/finegrained-fp8"
 VARIANTS = ("bf16", "convert", "hf-fp8-local", "hf-fp8-python", "hf-fp8-experts")
@@ -399,8 +399,9 @@ def main(argv=None) -> int:
                         continue
                     env["LOCAL_KERNELS"] = f"{REPO_ID}={Path(args.hub).resolve()}"
                 result_file, logits_file = Path(tmp) / f"{name}-{variant}.json", Path(tmp) / f"{name}-{variant}.pt"
-                cmd = [sys.executable, __file__, "--worker", variant, "--model", name, "--model-dir", str(model_dir),
-                       "--result", str(result_file), "--logits", str(logits_file), "--device", args.device,
+                cmd = [sys.executable, "-m", "fp8gemm_bench.models", "--worker", variant, "--model", name,
+                       "--model-dir", str(model_dir), "--result", str(result_file), "--logits", str(logits_file),
+                       "--device", args.device,
                        "--seed", str(args.seed), "--batches", ",".join(f"{b}x{s}" for b, s in batches),
                        "--compile-batches", ",".join(f"{b}x{s}" for b, s in compile_batches
                                                      if variant in COMPILE_VARIANTS),

@@ -15,21 +15,23 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from fp8gemm import preferred_fp8_dtype, prepare_weight_scale, quantize_weight, registry
+from fp8gemm.grouped import uses_grouped_kernel
+from fp8gemm.moe_reference import dequantize64, reference_fused_experts
+from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED
+from fp8gemm.testing.conformance import relative_error
 
-from . import registry
 from .bench import (
     DEFAULT_SEED,
-    _error_text,
     earlier_rows,
     environment,
+    error_text,
     geomean,
     installed_versions,
     plot_cases,
     row_text,
     seeded_generator,
 )
-from .conformance import relative_error
-from .grouped import uses_grouped_kernel
 from .moe_peers import (
     BF16_GROUPED,
     BF16_LOOP,
@@ -54,10 +56,6 @@ from .moe_peers import (
     distinct_experts,
     missing_paths,
 )
-from .moe_reference import dequantize64, reference_fused_experts
-from .ops import preferred_fp8_dtype, prepare_weight_scale
-from .protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED
-from .quantize import quantize_weight
 
 
 @dataclass(frozen=True)
@@ -287,7 +285,7 @@ def time_case(model: MoeModel, case: Case, weights: dict, device, backend, seed,
             row["us"][name] = seconds * 1e6
             row["tflops"][name] = layer_flops(model, case.tokens) / seconds / 1e12
         except Exception as exc:  # a path that cannot run this case is reported, not fatal
-            row["errors"][name] = _error_text(exc)
+            row["errors"][name] = error_text(exc)
         finally:
             runs = out = None
             if device.type == "cuda":
@@ -412,8 +410,8 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
                 if checkpoint:
                     checkpoint(report)
         except Exception as exc:  # weights that do not fit: the model's cases are reported, the others still run
-            report["models"][name]["error"] = _error_text(exc)
-            progress(f"{name}: {_error_text(exc)}")
+            report["models"][name]["error"] = error_text(exc)
+            progress(f"{name}: {error_text(exc)}")
         finally:
             weights = None
             if device.type == "cuda":

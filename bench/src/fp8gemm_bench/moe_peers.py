@@ -27,11 +27,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from fp8gemm import fused_experts, grouped_gemm, quantize_activation
 
-from .grouped import grouped_gemm
-from .grouped_peers import _deep_gemm, _dg_contiguous_fn, deepgemm_alignment
-from .moe import fused_experts
-from .quantize import quantize_activation
+from .grouped_peers import deep_gemm_module, deepgemm_alignment, dg_contiguous_fn
 
 OURS_CONTIGUOUS = "fp8gemm.fused_experts contiguous"
 OURS_MASKED = "fp8gemm.fused_experts masked"
@@ -261,10 +259,9 @@ def bf16_grouped(inp: Inputs, w: Bf16Weights):
 
 def transformers_fp8_experts(w: Fp8Weights, top_k: int, implementation: str = "grouped_mm"):
     """transformers' ``FP8Experts`` holding ``w`` (no copy), its finegrained-fp8 kernel fp8gemm.hf's."""
+    from fp8gemm.hf import use_in_transformers
     from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS, FP8Experts
     from transformers.integrations.moe import use_experts_implementation
-
-    from .hf import use_in_transformers
 
     use_in_transformers()  # once per process; refuses if transformers already holds another kernel
     e, two_i, h = w.w13.shape
@@ -361,8 +358,8 @@ def padded_rows_bound(rows: int, experts: int, alignment: int) -> int:
 
 def deepgemm_pipeline(inp: Inputs, w: Fp8Weights, exact_m: bool = False, dg=None):
     """DeepGEMM's MoE experts as vLLM's and SGLang's DeepGEMM paths run them; nothing read on the host per call."""
-    dg = dg or _deep_gemm()
-    gemm_call = _dg_contiguous_fn(dg)
+    dg = dg or deep_gemm_module()
+    gemm_call = dg_contiguous_fn(dg)
     align = deepgemm_alignment(dg)
     (experts, two_i, hidden), inter = w.w13.shape, w.w2.shape[2]
     tokens, k, device = inp.tokens, inp.top_k, inp.x.device

@@ -10,8 +10,7 @@ import functools
 from collections.abc import Callable
 
 import torch
-
-from .reference import expand_scales
+from fp8gemm.reference import expand_scales
 
 Runner = Callable[[], torch.Tensor]
 Prepare = Callable[..., Runner]

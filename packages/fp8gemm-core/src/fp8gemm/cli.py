@@ -1,27 +1,41 @@
-"""The ``fp8gemm`` command: ``info``, ``check``, ``bench``.
+"""The ``fp8gemm`` command: ``info`` and ``check``, plus the commands other packages add.
+
+A package adds a command through an entry point in the ``fp8gemm.commands`` group: its name is the command and its
+object (a module, say) has ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``. The benchmarks'
+package (bench/ in a checkout) adds ``fp8gemm bench`` this way.
 
 Exit status: 0 on success; 1 when ``check`` finds a failure; 2 for a mistake in the command line or one the
 environment makes (a device or backend that cannot run, an optional package that is not installed): a one-line
-message on stderr that says what to change, never a traceback.
+message on stderr that says what to change, never a usage block or a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import random
 import sys
 
 import torch
-from rich.table import Table
 
-from . import __version__, conformance, conformance_grouped, conformance_layer, registry
+from . import __version__, registry
 from .cli_args import UsageError, count_argument, default_device, device_argument, error_message, requested_backend
-from .cli_bench import add_bench_arguments, cmd_bench, console
 from .ops import preferred_fp8_dtype
+from .testing import conformance, conformance_grouped, conformance_layer
+
+COMMAND_GROUP = "fp8gemm.commands"
+# Commands that come in other packages, and how to install each where it is missing.
+ADDED_COMMANDS = {
+    "bench": (
+        "time ours against the available peers (the benchmarks' package)",
+        "the benchmarks are a package of their own; from a checkout of fp8gemm: pip install ./bench",
+    ),
+}
 
 
-def _info_dict(device: torch.device, backend: str | None) -> dict:
+def info_dict(device: torch.device, backend: str | None) -> dict:
+    """What ``fp8gemm info --json`` prints: versions, the device, every installed backend and the one selected."""
     info = {"fp8gemm": __version__, "torch": torch.__version__, "device": registry.describe_device(device).describe()}
     info["installed"] = [
         {"name": ib.name, "distribution": ib.distribution, "entry_point": ib.entry_point, "error": ib.error}
@@ -49,7 +63,7 @@ def _info_dict(device: torch.device, backend: str | None) -> dict:
 def cmd_info(args) -> int:
     """Everything installed and the backend chosen for the device; exit 2 where none can run there."""
     device = args.device or default_device()
-    info = _info_dict(device, args.backend)
+    info = info_dict(device, args.backend)
     try:
         requested_backend(args)
     except UsageError as exc:
@@ -65,24 +79,33 @@ def cmd_info(args) -> int:
     return 0
 
 
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """Plain-text columns, each as wide as its widest cell, under a rule."""
+    widths = [max(map(len, column)) for column in zip(header, *rows, strict=True)]
+    lines = [header, tuple("-" * w for w in widths), *rows]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+
+
 def _print_info(info: dict) -> None:
-    console.print(f"fp8gemm {info['fp8gemm']}, torch {info['torch']}")
-    console.print(f"device: {info['device']}")
-    table = Table(title="installed backends (entry points in 'fp8gemm.backends')")
-    for col in ("name", "distribution", "targets", "fp8 dtype", "version", "build / load error"):
-        table.add_column(col)
-    table.add_row("reference", "fp8gemm-core", "any", "e4m3fn / e4m3fnuz", __version__, "pure torch")
+    print(f"fp8gemm {info['fp8gemm']}, torch {info['torch']}")
+    print(f"device: {info['device']}")
+    rows = [("reference", "fp8gemm-core", "any", "e4m3fn / e4m3fnuz", info["fp8gemm"], "pure torch")]
     for ib in info["installed"]:
         if ib["error"]:
-            table.add_row(ib["name"], ib["distribution"], "?", "?", "?", f"[red]FAILED TO LOAD: {ib['error']}[/red]")
+            rows.append((ib["name"], ib["distribution"], "?", "?", "?", f"FAILED TO LOAD: {ib['error']}"))
         else:
             build = ", ".join(f"{k}={v}" for k, v in ib["build_info"].items())
-            table.add_row(
-                ib["name"], ib["distribution"], "/".join(ib["targets"]), ib["fp8_dtype"], ib["version"], build
+            rows.append(
+                (ib["name"], ib["distribution"], "/".join(ib["targets"]), ib["fp8_dtype"], ib["version"], build)
             )
-    console.print(table)
+    print("installed backends (entry points in 'fp8gemm.backends'):")
+    print(format_table(("name", "distribution", "targets", "fp8 dtype", "version", "build / load error"), rows))
     sel = info["selected"]
-    console.print(f"selected: [bold]{sel['name']}[/bold] ({sel['reason']})" if sel["name"] else "selected: none")
+    print(f"selected: {sel['name']} ({sel['reason']})" if sel["name"] else "selected: none")
+
+
+def _verdict(ok: bool, detail: str) -> str:
+    return "pass" if ok else f"FAIL {detail}"
 
 
 def cmd_check(args) -> int:
@@ -91,70 +114,81 @@ def cmd_check(args) -> int:
     chosen = registry.select(device, backend).backend
     fp8 = preferred_fp8_dtype(device, backend)
     seed = args.seed
-    console.print(f"conformance of backend [bold]{chosen.name}[/bold] on {registry.describe_device(device).describe()}")
-    console.print(f"seed {seed} (shapes and data; --seed {seed} repeats this run)", highlight=False)
-    table = Table()
-    for col in ("case", "rel. error", "tolerance", "result"):
-        table.add_column(col)
-    failures = 0
+    print(f"conformance of backend {chosen.name} on {registry.describe_device(device).describe()}")
+    print(f"seed {seed} (shapes and data; --seed {seed} repeats this run)")
+    rows: list[tuple[str, ...]] = []
     for case in conformance.cases(device, n_random=args.random, seed=seed):
         r = conformance.run_case(case, device, fp8, backend, seed=seed)
-        failures += not r.passed
-        verdict = "[green]pass[/green]" if r.passed else f"[red]FAIL[/red] {r.detail}"
-        table.add_row(case.id, f"{r.rel_err:.2e}", f"{conformance.TOLERANCE[case.out_dtype]:.0e}", verdict)
+        tolerance = f"{conformance.TOLERANCE[case.out_dtype]:.0e}"
+        rows.append((case.id, f"{r.rel_err:.2e}", tolerance, _verdict(r.passed, r.detail)))
     for bad in conformance.BAD_INPUTS:
         ok, detail = conformance.run_bad_input(bad, device, fp8, backend)
-        failures += not ok
-        table.add_row(
-            f"bad input: {bad.id}", "", bad.error.__name__, "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
-        )
-    failures += _check_layer(table, device, backend, random.Random(seed))
-    failures += _check_grouped(table, device, fp8, backend, seed)
-    console.print(table)
-    console.print(f"{'[red]' if failures else '[green]'}{failures} failure(s)")
+        rows.append((f"bad input: {bad.id}", "", bad.error.__name__, _verdict(ok, detail)))
+    rows += check_layer(device, backend, random.Random(seed))
+    rows += check_grouped(device, fp8, backend, seed)
+    print(format_table(("case", "rel. error", "tolerance", "result"), rows))
+    failures = sum(row[-1] != "pass" for row in rows)
+    print(f"{failures} failure(s)")
     return 1 if failures else 0
 
 
-def _check_grouped(table: Table, device: torch.device, fp8: torch.dtype, backend: str | None, seed: int) -> int:
+def check_grouped(device: torch.device, fp8: torch.dtype, backend: str | None, seed: int) -> list[tuple[str, ...]]:
     """The grouped GEMMs' rows: every layout against float64 per group, then their bad inputs."""
-    failures = 0
+    rows = []
     for case in conformance_grouped.cases(device, n_random=2, seed=seed):
         r = conformance_grouped.run_case(case, device, fp8, backend, seed=seed)
-        failures += not r.passed
-        verdict = "[green]pass[/green]" if r.passed else f"[red]FAIL[/red] {r.detail}"
-        table.add_row(f"grouped {case.id}", f"{r.rel_err:.2e}", f"{conformance.TOLERANCE[case.out_dtype]:.0e}", verdict)
+        tolerance = f"{conformance.TOLERANCE[case.out_dtype]:.0e}"
+        rows.append((f"grouped {case.id}", f"{r.rel_err:.2e}", tolerance, _verdict(r.passed, r.detail)))
     for bad in conformance_grouped.BAD_INPUTS:
         ok, detail = conformance_grouped.run_bad_input(bad, device, fp8, backend)
-        failures += not ok
-        verdict = "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
-        table.add_row(f"grouped bad input: {bad.id}", "", bad.error.__name__, verdict)
-    return failures
+        rows.append((f"grouped bad input: {bad.id}", "", bad.error.__name__, _verdict(ok, detail)))
+    return rows
 
 
-def _check_layer(table: Table, device: torch.device, backend: str | None, seeds: random.Random) -> int:
+def check_layer(device: torch.device, backend: str | None, seeds: random.Random) -> list[tuple[str, ...]]:
     """Activation quantization (bit-exact against the reference) and ``linear`` (against float64) rows, each case's
     data drawn from the next of ``seeds``."""
-    failures = 0
+    rows = []
     for case in conformance_layer.quant_cases():
         ok, detail = conformance_layer.run_quant_case(case, device, backend, seed=seeds.getrandbits(63))
-        failures += not ok
-        table.add_row(
-            f"quantize {case.id}", "", "bit-exact", "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
-        )
+        rows.append((f"quantize {case.id}", "", "bit-exact", _verdict(ok, detail)))
     for case in conformance_layer.LINEAR_CASES:
         ok, detail = conformance_layer.run_linear_case(case, device, backend, seed=seeds.getrandbits(63))
-        failures += not ok
-        verdict = "[green]pass[/green]" if ok else f"[red]FAIL[/red] {detail}"
-        table.add_row(
-            f"linear {case.id}", detail if ok else "", f"{conformance_layer.linear_tolerance(case):.0e}", verdict
-        )
-    return failures
+        tolerance = f"{conformance_layer.linear_tolerance(case):.0e}"
+        rows.append((f"linear {case.id}", detail if ok else "", tolerance, _verdict(ok, detail)))
+    return rows
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fp8gemm", description="FP8 block-scaled GEMM (DeepSeek-V3 recipe)")
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's mistakes as one line on stderr (the option and the fix), without the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _add_command(sub, name: str, common: argparse.ArgumentParser) -> None:
+    """The command ``name`` of the ``fp8gemm.commands`` entry points, or one that says how to install it."""
+    found = [ep for ep in importlib.metadata.entry_points(group=COMMAND_GROUP) if ep.name == name]
+    help_text, install = ADDED_COMMANDS.get(name, ("", f"the package that adds `fp8gemm {name}` is not installed"))
+    try:
+        command = found[0].load() if found else None
+    except Exception as exc:  # a broken package must not take `fp8gemm info` down with it
+        install = f"the package that adds `fp8gemm {name}` ({found[0].value}) fails to load: {error_message(exc)}"
+        command = None
+    if command is None:
+        sub.add_parser(name, add_help=False, help=f"{help_text} [not installed]").set_defaults(missing=install)
+        return
+    p = sub.add_parser(name, parents=[common], help=command.HELP)
+    command.add_arguments(p)
+    p.set_defaults(func=command.run)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``fp8gemm``; the added commands' packages are imported only when ``command`` is not a core
+    one (``info``, ``check``)."""
+    parser = OneLineParser(prog="fp8gemm", description="FP8 block-scaled GEMM (DeepSeek-V3 recipe)")
     parser.add_argument("--version", action="version", version=f"fp8gemm {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--device", type=device_argument, help="torch device: cpu, cuda or cuda:N (default: cuda if available)"
@@ -177,17 +211,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser(
-        "bench", parents=[common], help="time ours against the available peers (without a GPU: the recipe's accuracy)"
-    )
-    add_bench_arguments(p)
-    p.set_defaults(func=cmd_bench)
+    if command not in ("info", "check"):
+        names = dict.fromkeys(
+            [*ADDED_COMMANDS, *(ep.name for ep in importlib.metadata.entry_points(group=COMMAND_GROUP))]
+        )
+        for name in names:
+            _add_command(sub, name, common)
     return parser
 
 
+def _mistake(args, extra: list[str]) -> str | None:
+    """What is wrong with a command line argparse took, or None: a missing command, an unknown option."""
+    if getattr(args, "missing", None):
+        return args.missing
+    where = f"fp8gemm {args.command}" if args.command else "fp8gemm"
+    if extra:
+        return f"unrecognized argument(s) {' '.join(extra)}; `{where} --help` lists the options"
+    if args.command is None:
+        return "name a command; `fp8gemm --help` lists them"
+    return None
+
+
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args, extra = build_parser(command).parse_known_args(argv)
+    mistake = _mistake(args, extra)
+    if mistake:
+        print(f"fp8gemm{' ' + args.command if args.command else ''}: error: {mistake}", file=sys.stderr)
+        return 2
     try:
         return args.func(args)
     except KeyboardInterrupt:

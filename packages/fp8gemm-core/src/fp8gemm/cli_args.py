@@ -1,20 +1,19 @@
-"""The ``fp8gemm`` command's arguments and how it words what stops it: one line that says what to change."""
+"""The ``fp8gemm`` command's arguments and how it words what stops it: one line that says what to change. Commands
+other packages add (``fp8gemm.commands`` entry points, cli.py) use the same."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-from pathlib import Path
 
 import torch
 
-from . import bench, registry
+from . import registry
 
 # What to install for each optional package a command may need.
 INSTALL_HINTS = {
-    "matplotlib": "pip install 'fp8gemm-core[plot]'",
-    "safetensors": "pip install 'fp8gemm-core[checkpoint]'",
+    "matplotlib": "pip install matplotlib",
+    "safetensors": "pip install safetensors",
     "triton": "pip install triton (GPU timings use triton.testing.do_bench)",
 }
 
@@ -98,18 +97,3 @@ def requested_backend(args) -> str | None:
             "best fit for the device."
         )
     return name
-
-
-def shape_argument(text: str) -> tuple[int, int, int]:
-    """``--shapes``: one ``M,N,K`` the GEMM accepts, or argparse's error naming the option and the fix."""
-    try:
-        return bench.parse_shape(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def plot_argument(text: str) -> Path:
-    """``--plot``: a PNG path, refused at once where matplotlib is missing (not after a run of minutes)."""
-    if importlib.util.find_spec("matplotlib") is None:
-        raise argparse.ArgumentTypeError(error_message(ModuleNotFoundError(name="matplotlib")))
-    return Path(text)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import torch
 
-from .ops import gemm
-from .reference import BLOCK, oracle
+from ..ops import gemm
+from ..reference import BLOCK, oracle
 
 TOLERANCE = {torch.bfloat16: 4e-3, torch.float32: 5e-4}
 DEFAULT_SEED = 20251126  # the suite's data and random shapes; fp8gemm check --seed picks another

@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import torch
 
+from ..grouped import grouped_gemm, grouped_gemm_masked
+from ..ops import prepare_weight_scale
+from ..quantize import quantize_activation
+from ..reference import BLOCK, oracle
 from .conformance import DEFAULT_SEED, TOLERANCE, case_seed, random_fp8, random_scales
-from .grouped import grouped_gemm, grouped_gemm_masked
-from .ops import prepare_weight_scale
-from .quantize import quantize_activation
-from .reference import BLOCK, oracle
 
 LAYOUTS = ("offs", "m_indices", "masked")
 

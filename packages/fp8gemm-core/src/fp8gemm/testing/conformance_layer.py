@@ -13,11 +13,11 @@ import math
 
 import torch
 
+from ..linear import linear
+from ..ops import gemm
+from ..quantize import quantize_activation, quantize_weight, reference_quantize
+from ..reference import BLOCK, oracle
 from .conformance import TOLERANCE, case_seed, relative_error
-from .linear import linear
-from .ops import gemm
-from .quantize import quantize_activation, quantize_weight, reference_quantize
-from .reference import BLOCK, oracle
 
 IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # (M, K): M = 0 and 1, tails of 16 rows, odd K/128, a 3-D input, decode and prefill sizes.
@@ -204,6 +204,6 @@ def linear_tolerance(case: LinearCase) -> float:
 
 
 def _fp8_for(device, backend: str | None) -> torch.dtype:
-    from .ops import preferred_fp8_dtype
+    from ..ops import preferred_fp8_dtype
 
     return preferred_fp8_dtype(device, backend)
