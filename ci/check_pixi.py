@@ -1,15 +1,15 @@
-"""Validate pixi.toml: JSON schema (shared/pixi-manifest-schema.json, found from any checkout: $PIXI_MANIFEST_SCHEMA,
-else a shared/ folder beside the checkout or any folder above it, else beside the main checkout of a git worktree)
-plus what the schema cannot see. The schema allows keys pixi itself refuses, so the platform entries are checked
-against pixi's own parser (PIXI_SOURCE below), and features, environments, task targets, task order, requires-pixi
-and the test dependencies are cross-checked. Exit 1 on any problem."""
+"""Validate pixi.toml: pixi's JSON schema (vendored beside this file, PIXI_SOURCE["schema"]) plus what the schema
+cannot see. The schema allows keys pixi itself refuses, so the platform entries are checked against pixi's own parser
+(PIXI_SOURCE below), and features, environments, task targets, task order, requires-pixi and the default
+environment's test dependencies (every module the test suite imports) are cross-checked. Exit 1 on any problem."""
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,10 +19,10 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_NAME = "pixi-manifest-schema.json"
-# The parsing rules below are read from prefix-dev/pixi at this commit (Aug 2026, after v0.77.0):
+# The schema and the parsing rules below are read from prefix-dev/pixi at this commit (Aug 2026, after v0.77.0):
 PIXI_SOURCE = {
     "commit": "2b25fc76dd3b5cc50a235387d948474975c40d73",
+    "schema": "schema/schema.json",  # copied unchanged to ci/pixi-manifest-schema.json
     "platform_table": "crates/pixi_manifest/src/toml/platform.rs",  # TomlPixiPlatform, take_cuda_entry
     "platform_name": "crates/pixi_manifest/src/platform.rs",  # valid_pixi_platform_name, PixiPlatform::new
     "feature_platforms": "crates/pixi_manifest/src/toml/manifest.rs",  # validate_referenced_platforms
@@ -42,41 +42,127 @@ MAX_PLATFORM_NAME = 64
 # Inline platform tables, `cuda = { driver, arch }` and raw `__name` keys all arrived in pixi 0.71.0 (its
 # CHANGELOG: "Rich platforms", "Friendly __cuda_arch support"); v0.70.2's platform.rs has none of them.
 PIXI_FOR_PLATFORM_TABLES = (0, 71)
-# Modules the test suite imports at collection, as conda packages of the default environment.
-TEST_DEPENDENCIES = ("pytest", "hypothesis", "jsonschema", "pyyaml", "py-rattler", "rattler-build", "patchelf")
+SCHEMA = ROOT / "ci" / "pixi-manifest-schema.json"
+SCHEMA_SHA256 = "2fcd1c270b653733ce2f4d2468a74457e1a7fe7ca9c151377ba5aef415a3544d"  # of the file at PIXI_SOURCE: a changed copy fails the check
+# The test suite's tools that are programs, not imports: the runner, and the recipe builds of tests/test_recipes.py.
+TEST_TOOLS = ("pytest", "rattler-build", "patchelf")
+# Import names whose package in pixi.toml has another name; any other import is its package's name, `_` as `-`.
+PACKAGE_OF_IMPORT = {
+    "yaml": "pyyaml",
+    "rattler": "py-rattler",
+    "rattler_build": "py-rattler-build",
+    "torch": "pytorch-cpu",
+}
+# An import inside a try that catches one of these is optional (the test skips or falls back without it).
+IMPORT_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception"}
+# Folders whose .py files are not the tests' own scripts: installed packages (src/) and what is not the project's.
+NOT_SCRIPTS = {"src", "third_party", "build", "output", ".git", ".pixi"}
 # A task that builds arch packages (ci/arches.py build, or rattler-build on an arch recipe) needs the core first.
 ARCH_BUILD = re.compile(r"ci/arches\.py build|--recipe recipes/fp8gemm-(?!core)")
-
-
-def _git_main_checkout(root: Path) -> Path | None:
-    run = subprocess.run(["git", "-C", str(root), "rev-parse", "--path-format=absolute", "--git-common-dir"],
-                         capture_output=True, text=True)  # fmt: skip
-    return Path(run.stdout.strip()).parent if run.returncode == 0 and run.stdout.strip() else None
-
-
-def find_schema(root: Path = ROOT) -> Path | None:
-    if os.environ.get("PIXI_MANIFEST_SCHEMA"):
-        return Path(os.environ["PIXI_MANIFEST_SCHEMA"])
-    main = _git_main_checkout(root)
-    for base in [root, *root.parents, *([main, *main.parents] if main else [])]:
-        if (base / "shared" / SCHEMA_NAME).is_file():
-            return base / "shared" / SCHEMA_NAME
-    return None
-
-
-# Where the schema was found (a path that does not exist when it was not).
-SCHEMA = find_schema() or ROOT.parent / "shared" / SCHEMA_NAME
 
 
 def schema_errors(manifest: dict, schema_path: Path = SCHEMA) -> list[str]:
     import jsonschema
 
+    if hashlib.sha256(schema_path.read_bytes()).hexdigest() != SCHEMA_SHA256:
+        return [f"schema: {schema_path} is not pixi's {PIXI_SOURCE['schema']} at {PIXI_SOURCE['commit'][:12]}"]
     schema = json.loads(schema_path.read_text())
     validator = jsonschema.Draft7Validator(schema)
     return [
         f"schema: {'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
         for e in validator.iter_errors(manifest)
     ]
+
+
+def _catches_import_errors(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(n, ast.Name) and n.id in IMPORT_GUARDS for n in names)
+
+
+def unguarded_imports(tree: ast.AST) -> set[str]:
+    """The top-level names of the absolute imports a module makes outside a try that catches ImportError, less the
+    modules it asks for with pytest.importorskip (the module skips without them)."""
+    found: set[str] = set()
+    skipped = {
+        node.args[0].value.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", None) == "importorskip"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+
+    def visit(node: ast.AST, guarded: bool) -> None:
+        if isinstance(node, ast.Import) and not guarded:
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and not guarded:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Try):
+            body_guarded = guarded or any(_catches_import_errors(h) for h in node.handlers)
+            for child in node.body:
+                visit(child, body_guarded)
+            for child in [*node.handlers, *node.orelse, *node.finalbody]:
+                visit(child, guarded)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, guarded)
+
+    visit(tree, False)
+    return found - skipped
+
+
+def own_packages(root: Path = ROOT) -> dict[str, str]:
+    """Import name -> distribution name of the repository's packages (packages/*/src/<name>, bench/src/<name>)."""
+    names = {}
+    for pyproject in sorted([*root.glob("packages/*/pyproject.toml"), *root.glob("bench/pyproject.toml")]):
+        project = tomllib.loads(pyproject.read_text())["project"]["name"]
+        src = pyproject.parent / "src"
+        names |= (
+            {p.name: project for p in src.iterdir() if p.is_dir() and p.name.isidentifier()} if src.is_dir() else {}
+        )
+    return names
+
+
+def test_imports(root: Path = ROOT) -> dict[str, list[str]]:
+    """Each module the test suite imports unguarded -> the files that do: the tests and the repository's scripts they
+    import (tests/, ci/ and the like, found by name and followed), less the standard library and those scripts."""
+    scripts: dict[str, list[Path]] = {}
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if d not in NOT_SCRIPTS)
+        for name in sorted(f for f in files if f.endswith(".py")):
+            scripts.setdefault(name[:-3], []).append(Path(folder) / name)
+    queue = sorted((root / "tests").glob("*.py"))
+    seen, imports = set(queue), {}
+    while queue:
+        path = queue.pop(0)
+        for module in sorted(unguarded_imports(ast.parse(path.read_text()))):
+            if module in scripts:
+                queue += [p for p in scripts[module] if p not in seen]
+                seen.update(scripts[module])
+            elif module not in sys.stdlib_module_names:
+                imports.setdefault(module, []).append(str(path.relative_to(root)))
+    return imports
+
+
+def _default_environment_packages(manifest: dict) -> set[str]:
+    tables = [manifest, *(manifest.get("feature", {}).get(f, {}) for f in _env_features(manifest).get("default", []))]
+    return {name for t in tables for key in ("dependencies", "pypi-dependencies") for name in t.get(key, {})}
+
+
+def test_dependency_errors(manifest: dict, root: Path = ROOT) -> list[str]:
+    """Every package the test suite imports (and runs) is in the default environment, so `pixi run test` collects."""
+    own = own_packages(root)
+    needed = {tool: ["the test command"] for tool in TEST_TOOLS}
+    for module, files in test_imports(root).items():
+        package = own.get(module) or PACKAGE_OF_IMPORT.get(module, module.replace("_", "-"))
+        needed.setdefault(package, []).extend(files)
+    missing = sorted(set(needed) - _default_environment_packages(manifest))
+    if not missing:
+        return []
+    users = "; ".join(f"{p}: {', '.join(needed[p][:3])}" for p in missing)
+    return [f"the default environment lacks test dependencies {missing} ({users})"]
 
 
 def _env_features(manifest: dict) -> dict[str, list[str]]:
@@ -241,9 +327,7 @@ def cross_reference_errors(manifest: dict, root: Path = ROOT) -> list[str]:
     for env in ("cuda128", "rocm63"):
         if env not in _env_features(manifest):
             errors.append(f"environment {env!r} is missing")
-    missing = [d for d in TEST_DEPENDENCIES if d not in manifest.get("dependencies", {})]
-    if missing:
-        errors.append(f"the default environment lacks test dependencies {missing}")
+    errors += test_dependency_errors(manifest, root)
     errors += platform_errors(manifest) + requires_pixi_errors(manifest) + build_order_errors(manifest)
     errors += toolchain_errors(manifest, root)
     return errors
@@ -262,14 +346,8 @@ def toolchain_errors(manifest: dict, root: Path = ROOT) -> list[str]:
 
 def main() -> int:
     manifest = tomllib.loads((ROOT / "pixi.toml").read_text())
-    errors = cross_reference_errors(manifest)
-    if SCHEMA.exists():
-        errors = schema_errors(manifest) + errors
-        print(f"pixi.toml: validated against {SCHEMA}")
-    else:
-        print(
-            f"note: no shared/{SCHEMA_NAME} above {ROOT} or $PIXI_MANIFEST_SCHEMA; schema skipped, cross-references checked"
-        )
+    errors = schema_errors(manifest) + cross_reference_errors(manifest)
+    print(f"pixi.toml: validated against {SCHEMA.relative_to(ROOT)} (prefix-dev/pixi {PIXI_SOURCE['schema']})")
     for e in errors:
         print(f"pixi.toml: {e}")
     print(

@@ -1,10 +1,13 @@
 """pixi.toml as the users run it: GPUs declared per environment in the form pixi parses, builds in order, every
-test dependency; and the manifest mistakes pixi's own parser refuses are refused by ci/check_pixi.py too."""
+package the test suite imports; the manifest mistakes pixi's own parser refuses are refused by ci/check_pixi.py too,
+against pixi's schema vendored in ci/."""
 
 from __future__ import annotations
 
+import ast
 import copy
-from pathlib import Path
+import hashlib
+import json
 
 import pytest
 import test_repo
@@ -53,7 +56,44 @@ def test_checks_catch_an_old_pixi_a_core_less_build_and_a_missing_test_dependenc
     del broken["dependencies"]["pyyaml"]
     errors = "\n".join(check_pixi.cross_reference_errors(broken))
     assert "below (0, 71)" in errors and "'build-arches' builds an arch package before the core" in errors
-    assert "lacks test dependencies ['pyyaml']" in errors
+    assert "lacks test dependencies ['pyyaml'] (pyyaml: ci/" in errors  # imported by a script the tests import
+
+
+def test_the_default_environment_has_what_the_test_modules_import(manifest):
+    """The list is read from the tests' imports: each package a test module needs at collection is one pixi installs
+    in the default environment (torch from the cpu feature), so `pixi run test` collects."""
+    imports = check_pixi.test_imports()
+    assert {"safetensors", "transformers", "torch", "fp8gemm", "yaml"} <= set(imports)
+    assert "tests/test_nn_transformer.py" in imports["safetensors"] and "sys" not in imports and "isa" not in imports
+    assert check_pixi.test_dependency_errors(manifest) == []
+    for table, package in (("dependencies", "safetensors"), ("pypi-dependencies", "transformers")):
+        broken = copy.deepcopy(manifest)
+        del broken[table][package]
+        (error,) = check_pixi.test_dependency_errors(broken)
+        assert f"lacks test dependencies ['{package}'] ({package}: tests/" in error
+    del manifest["feature"]["cpu"]["dependencies"]["pytorch-cpu"]
+    assert "['pytorch-cpu']" in "\n".join(check_pixi.test_dependency_errors(manifest))
+
+
+def test_an_import_is_optional_only_behind_an_import_guard():
+    source = """
+import plain
+from pkg.sub import name
+try:
+    import guarded
+except ImportError:
+    import fallback
+try:
+    import other
+except KeyError:
+    pass
+def f():
+    import nested
+optional = pytest.importorskip("skipped.sub")
+import skipped
+from . import relative
+"""
+    assert check_pixi.unguarded_imports(ast.parse(source)) == {"plain", "pkg", "fallback", "other", "nested"}
 
 
 GPU = {"name": "gpu", "platform": "linux-64"}
@@ -121,11 +161,16 @@ def test_the_rules_cite_the_pixi_source_they_were_read_from():
     assert check_pixi.PIXI_SOURCE["platform_table"] == "crates/pixi_manifest/src/toml/platform.rs"
 
 
-def test_schema_is_found_from_a_worktree_or_an_environment_variable(tmp_path, monkeypatch):
-    (tmp_path / "shared").mkdir()
-    (tmp_path / "shared" / check_pixi.SCHEMA_NAME).write_text("{}")
-    (tmp_path / "a" / "checkout").mkdir(parents=True)
-    monkeypatch.delenv("PIXI_MANIFEST_SCHEMA", raising=False)
-    assert check_pixi.find_schema(tmp_path / "a" / "checkout") == tmp_path / "shared" / check_pixi.SCHEMA_NAME
-    monkeypatch.setenv("PIXI_MANIFEST_SCHEMA", "/elsewhere/schema.json")
-    assert check_pixi.find_schema(tmp_path) == Path("/elsewhere/schema.json")
+def test_the_schema_is_pixis_own_vendored_in_the_repository(manifest, tmp_path):
+    """ci/pixi-manifest-schema.json is prefix-dev/pixi's schema/schema.json at PIXI_SOURCE's commit, unchanged: an
+    edited copy is refused, so the check never runs against a schema loosened by hand."""
+    schema = json.loads(check_pixi.SCHEMA.read_text())
+    assert (
+        check_pixi.SCHEMA.parent == test_repo.ROOT / "ci" and check_pixi.PIXI_SOURCE["schema"] == "schema/schema.json"
+    )
+    assert schema["$id"] == "https://pixi.sh/v0.77.0/schema/manifest/schema.json"
+    assert hashlib.sha256(check_pixi.SCHEMA.read_bytes()).hexdigest() == check_pixi.SCHEMA_SHA256
+    loosened = tmp_path / "schema.json"
+    loosened.write_text(json.dumps({**schema, "additionalProperties": True}))
+    (error,) = check_pixi.schema_errors(manifest, loosened)
+    assert "is not pixi's schema/schema.json at 2b25fc76dd3b" in error

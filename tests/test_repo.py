@@ -26,14 +26,10 @@ def manifest():
 
 def test_pixi_manifest_is_valid(manifest):
     assert check_pixi.cross_reference_errors(manifest) == []
-    if not check_pixi.SCHEMA.exists():
-        pytest.skip(f"{check_pixi.SCHEMA} not present")
     assert check_pixi.schema_errors(manifest) == []
 
 
 def test_schema_check_catches_unknown_keys(manifest):
-    if not check_pixi.SCHEMA.exists():
-        pytest.skip(f"{check_pixi.SCHEMA} not present")
     manifest["workspace"]["bogus-key"] = 1
     manifest["tasks"]["test"]["not-a-field"] = True
     errors = check_pixi.schema_errors(manifest)
