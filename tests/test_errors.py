@@ -161,7 +161,8 @@ BAD = [
     ("fused_experts-topk_weights-shape", _fused(topk_weights=lambda t: t[:, :1]), ValueError, ["topk_weights must be [T, k] = [4, 2] like topk_ids"]),
     ("fused_experts-topk_weights-int", _fused(topk_weights=lambda t: t.int()), TypeError, ["topk_weights must be a float32/bfloat16/float16"]),
     ("fused_experts-activation", _fused(activation=lambda t: "gelu"), ValueError, ["activation must be one of ('silu',)"]),
-    ("fused_experts-layout", _fused(layout=lambda t: "padded"), ValueError, ["layout must be one of ('contiguous', 'masked')"]),
+    ("fused_experts-layout", _fused(layout=lambda t: "padded"), ValueError, ["layout must be one of ('contiguous',)"]),
+    ("fused_experts-masked", _fused(layout=lambda t: "masked"), ValueError, ["layout='masked' is no longer", "pass layout=None"]),
     # Fp8Experts: its constructor's arguments
     ("Fp8Experts-hidden_size", lambda: Fp8Experts(2, 200, 128), ValueError, ["hidden size (H = 200)", "keep such experts in bf16"]),
     ("Fp8Experts-intermediate_size", lambda: Fp8Experts(2, 256, 100), ValueError, ["intermediate size (I = 100)"]),

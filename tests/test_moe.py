@@ -1,6 +1,7 @@
 """fp8gemm.fused_experts: numbers against the float64 reference on seeded routings (skewed, empty experts, T = 1,
-k > 1, repeated and skipped ids), both layouts, every backend that runs here; ids only the device sees; the layout
-policy; torch.compile, the fake implementation, no host reads, grad refusal; CUDA-graph replay on a GPU.
+k > 1, repeated and skipped ids), every backend that runs here; ids only the device sees; one backend lookup per call;
+the removed masked layout refused; torch.compile, the fake implementation, no host reads, grad refusal; CUDA-graph
+replay on a GPU.
 
 Arch packages run this file unchanged on their GPU: `FP8GEMM_TEST_DEVICE=cuda pytest tests/test_moe.py`.
 """
@@ -15,9 +16,9 @@ import fp8gemm
 import pytest
 import torch
 from conftest import backends_under_test, cpu_tensors_play_a_gpu, device_under_test, fp8_dtype_for
-from fp8gemm import moe, registry
+from fp8gemm import moe, moe_torch, registry
 from fp8gemm.moe_reference import reference_fused_experts
-from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, MN_MAJOR, ScaleLayout
+from fp8gemm.protocol import GROUPED_CONTIGUOUS, MN_MAJOR, ScaleLayout
 from fp8gemm.reference import REFERENCE
 from fp8gemm.registry import InstalledBackend, Selection
 from fp8gemm.testing import conformance
@@ -114,20 +115,16 @@ def bound(case: MoeCase) -> float:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("layout", moe.LAYOUTS)
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_numerics_against_float64(case, layout, backend, device):
+def test_numerics_against_float64(case, backend, device):
     x, ids, weights, w13, s13, w2, s2 = make_case(case, fp8_dtype_for(device, backend), backend=backend)
-    if layout == "masked" and case.routing == "repeated":
-        pytest.skip("the masked layout holds T rows per expert: test_masked_layout_drops_repeats_past_t_rows")
     with torch.no_grad():
-        out = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout=layout, backend=backend,
-                                    pow2_scales=case.pow2)  # fmt: skip
+        out = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, backend=backend, pow2_scales=case.pow2)
     assert out.shape == x.shape and out.dtype == x.dtype and out.device == x.device
     expected = reference_fused_experts(x, ids, weights, w13, s13, w2, s2, pow2_scales=case.pow2)
     assert expected.norm() > 0
     err = conformance.relative_error(out, expected)
-    assert err < bound(case), f"{case.id} {layout} on {backend}: rel. err {err:.3e}"
+    assert err < bound(case), f"{case.id} on {backend}: rel. err {err:.3e}"
 
 
 def test_the_reference_sees_a_wrong_expert_or_weight():
@@ -151,7 +148,7 @@ def test_the_combine_gives_the_same_bits_in_any_chunking(monkeypatch):
     """Large T combines in chunks of tokens: one token per chunk gives what one chunk gives."""
     x, ids, weights, w13, s13, w2, s2 = make_case(CASES[2], torch.float8_e4m3fn, "cpu")
     whole = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2)
-    monkeypatch.setattr(moe, "COMBINE_CHUNK_BYTES", 1)
+    monkeypatch.setattr(moe_torch, "COMBINE_CHUNK_BYTES", 1)
     assert torch.equal(fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2), whole)
 
 
@@ -163,25 +160,23 @@ def test_activations_are_quantized_once_and_gathered_as_fp8():
     index = torch.tensor([6, 0, 0, 3, 6, 2, 5, 1])
     q, scale = fp8gemm.quantize_activation(x)
     q_rows, scale_rows = fp8gemm.quantize_activation(x[index])
-    assert torch.equal(moe._take_rows(q, index).view(torch.uint8), q_rows.view(torch.uint8))
+    assert torch.equal(moe_torch.take_rows(q, index).view(torch.uint8), q_rows.view(torch.uint8))
     assert torch.equal(scale.index_select(0, index), scale_rows)
 
 
-def test_masked_layout_drops_repeats_past_t_rows():
-    """The masked layout has T rows per expert: a token naming one expert k times at T = 1 keeps one slot there (the
-    contiguous layout keeps all). Nothing is read or written outside the tensors."""
-    case = MoeCase(1, 4, 3, routing="repeated")
-    x, _, weights, w13, s13, w2, s2 = make_case(case, torch.float8_e4m3fn, "cpu")
-    ids = torch.tensor([[2, 2, 2]])
-    contiguous = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout="contiguous")
-    masked = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout="masked")
-    assert conformance.relative_error(contiguous, reference_fused_experts(x, ids, weights, w13, s13, w2, s2)) < 4e-3
-    first_only = torch.tensor([[2, -1, -1]])
-    assert conformance.relative_error(masked, reference_fused_experts(x, first_only, weights, w13, s13, w2, s2)) < 4e-3
+def test_the_removed_masked_layout_is_refused_and_contiguous_is_the_default():
+    """The masked pipeline (T rows per expert) was slower than the contiguous one at every measured T; asking for it
+    says so, and layout="contiguous" gives what layout=None gives."""
+    x, ids, weights, w13, s13, w2, s2 = make_case(CASES[4], torch.float8_e4m3fn, "cpu")
+    default = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2)
+    assert torch.equal(fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout="contiguous"), default)
+    with pytest.raises(ValueError, match=r"layout='masked' is no longer a fused_experts pipeline.*0\.10-0\.87x"):
+        fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout="masked")
+    with pytest.raises(ValueError, match="layout='masked'"):
+        torch.ops.fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, "silu", False, "masked", "")
 
 
-@pytest.mark.parametrize("layout", moe.LAYOUTS)
-def test_ids_only_the_device_sees_select_nothing(monkeypatch, layout):
+def test_ids_only_the_device_sees_select_nothing(monkeypatch):
     """Ids past E, below -1 or at E (which the host does not look at on a GPU) contribute nothing and reach nothing
     outside the tensors: every gather and scatter index stays in range (an out-of-range index raises on the CPU)."""
     case = MoeCase(12, 6, 3, routing="uniform")
@@ -189,7 +184,7 @@ def test_ids_only_the_device_sees_select_nothing(monkeypatch, layout):
     monkeypatch.setattr(moe, "check_topk_id_values", lambda ids, experts: None)  # as for ids on a GPU
     ids[0, 0], ids[1, 1], ids[2, 2], ids[5, 0] = 999, -7, 6, -(2**40)
     weights[1, 1] = float("nan")  # the weight of a slot that selects nothing is never used
-    out = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout=layout)
+    out = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2)
     valid = (ids >= 0) & (ids < 6)
     expected = reference_fused_experts(x, torch.where(valid, ids, -1), torch.where(valid, weights, 0.0), w13, s13,
                                        w2, s2)  # fmt: skip
@@ -207,19 +202,6 @@ def test_no_tokens_gives_an_empty_result():
     x, ids, weights, w13, s13, w2, s2 = make_case(CASES[0], torch.float8_e4m3fn, "cpu")
     out = fp8gemm.fused_experts(x[:0], ids[:0], weights[:0], w13, s13, w2, s2)
     assert out.shape == (0, 256) and out.dtype == torch.bfloat16
-
-
-# --- the layout policy -------------------------------------------------------------------------------------------
-
-
-def test_policy_is_contiguous_until_a_masked_threshold_is_measured(monkeypatch):
-    both = (GROUPED_CONTIGUOUS, GROUPED_MASKED)
-    assert moe.MASKED_MAX_TOKENS == 0 and moe.choose_layout(1, both) == "contiguous"
-    monkeypatch.setattr(moe, "MASKED_MAX_TOKENS", 64)
-    assert moe.choose_layout(1, both) == moe.choose_layout(64, both) == "masked"
-    assert moe.choose_layout(65, both) == "contiguous"
-    assert moe.choose_layout(1, (GROUPED_CONTIGUOUS,)) == "contiguous"  # no masked kernel: no padded batch
-    assert moe.kernel_layouts(REFERENCE) == ()
 
 
 # --- torch integration -------------------------------------------------------------------------------------------
@@ -290,15 +272,14 @@ def test_an_input_that_requires_grad_is_refused(fresh_dynamo):
         assert not fp8gemm.fused_experts(x, ids, grad_weights, w13, s13, w2, s2).requires_grad
 
 
-@pytest.mark.parametrize("layout", moe.LAYOUTS)
-def test_the_pipeline_never_reads_values_on_the_host(monkeypatch, layout):
+def test_the_pipeline_never_reads_values_on_the_host(monkeypatch):
     """On meta tensors, which have no values: checks, routing, quantization, both grouped GEMMs and the combine run
     to the end with every host read refused, so nothing waits on the device. On a GPU: test_gpu_graph_replay."""
     x, ids, weights, w13, s13, w2, s2 = (t.to("meta") for t in _small())
     monkeypatch.setattr(registry, "select", lambda device, backend=None: Selection(REFERENCE, "meta plays a GPU"))
     with pytest.MonkeyPatch.context() as reads:
         refuse_host_reads(reads)
-        out = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout=layout)
+        out = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2)
     assert out.shape == (10, 256) and out.device.type == "meta"
 
 
@@ -320,41 +301,39 @@ def fake_grouped(monkeypatch):
     registry.clear_caches()
 
 
-@pytest.mark.parametrize("layout", moe.LAYOUTS)
-def test_a_grouped_kernel_runs_both_gemms(fake_grouped, layout):
-    """On a fake H100 whose backend has grouped kernels (MN-major activation scales): two launches of the chosen
-    layout, the gate/up product in fp32, the same numbers as the reference backend."""
+def test_a_grouped_kernel_runs_both_gemms(fake_grouped):
+    """On a fake H100 whose backend has grouped kernels (MN-major activation scales): two contiguous launches over
+    T * k rows, the gate/up product in fp32, the same numbers as the reference backend."""
     x, ids, weights, w13, s13, w2, s2 = _small()
-    expected = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout=layout, backend="reference")
-    out = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout=layout, backend="hopper")
+    expected = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, backend="reference")
+    out = fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, backend="hopper")
     assert torch.equal(out, expected)
     gate_up, down = fake_grouped["hopper"]
-    kind = GROUPED_MASKED if layout == "masked" else GROUPED_CONTIGUOUS
-    assert gate_up["layout"] == down["layout"] == kind
+    assert gate_up["layout"] == down["layout"] == GROUPED_CONTIGUOUS
     assert (gate_up["n"], gate_up["k"], down["n"], down["k"], gate_up["groups"]) == (256, 256, 256, 128, 4)
     assert gate_up["out_kind"] == 1 and down["out_kind"] == 0  # fp32 gate/up product; bf16 for the combine
-    assert gate_up["m"] == (10 if layout == "masked" else 20)  # M_max = T, or T * k rows
-    assert gate_up["expected_m"] == (5 if layout == "masked" else 0)  # ceil(T * k / E)
+    assert gate_up["m"] == 20 and gate_up["expected_m"] == 0  # T * k rows, no hint
 
 
-def test_the_policy_picks_the_masked_kernel_when_told(fake_grouped, monkeypatch):
-    monkeypatch.setattr(moe, "MASKED_MAX_TOKENS", 16)
+@pytest.mark.parametrize("backend", ["reference", "hopper"])
+def test_one_backend_lookup_per_call(fake_grouped, monkeypatch, backend):
+    """The plan resolves the backend once; the quantizations and both grouped GEMMs run on it without a lookup."""
     x, ids, weights, w13, s13, w2, s2 = _small()
-    fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, backend="hopper")
-    assert [call["layout"] for call in fake_grouped["hopper"]] == [GROUPED_MASKED] * 2
-    fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, backend="contiguous_only")
-    assert [call["layout"] for call in fake_grouped["contiguous_only"]] == [GROUPED_CONTIGUOUS] * 2
+    lookups = []
+    select = registry.select
+    monkeypatch.setattr(registry, "select", lambda *args, **kw: lookups.append(args) or select(*args, **kw))
+    fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, backend=backend)
+    assert len(lookups) == 1
 
 
 @pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a CUDA or ROCm device")
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("layout", moe.LAYOUTS)
-def test_gpu_graph_replay(layout, backend):
+def test_gpu_graph_replay(backend):
     """Eager with torch's synchronisation check set to error; then captured once and replayed with other routings
     written into the same tensors: the graph reads them on the device."""
     case = MoeCase(16, 8, 2, routing="uniform")
     x, ids, weights, w13, s13, w2, s2 = make_case(case, fp8_dtype_for(DEVICE, backend), backend=backend)
-    call = lambda: fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout=layout, backend=backend)
+    call = lambda: fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, backend=backend)
     with torch.no_grad():
         call()  # warm-up: backend lookup, kept scratch
         torch.cuda.set_sync_debug_mode("error")

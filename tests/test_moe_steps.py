@@ -1,26 +1,40 @@
-"""The step kernels of fused_experts' contiguous pipeline (fp8gemm/moe_steps.cuh through ``Backend.moe_step``): route +
+"""The step kernels of fused_experts' pipeline (fp8gemm/moe_steps.cuh through ``Backend.moe_route`` / ``moe_activation``
+/ ``moe_combine``): route +
 quantize-scatter against the torch path's stable sort and ``reference_quantize`` bit for bit; SiLU-and-mul + quantize
 against the torch step; combine against float64; the whole pipeline against the torch steps on the same backend and
 the float64 yardstick. Seeded data (seeds printed), every output poisoned first, ids outside [0, E) (-1, E, large),
 a token naming one expert twice, empty experts, T = 1 and tokens over several route blocks, bf16/fp16/fp32 x.
 
 On the CPU the gfx942 kernels run on its emulator (csrc/moe.hip unchanged); with ``FP8GEMM_TEST_DEVICE=cuda`` every
-installed backend with a ``moe_step`` entry that fits the GPU runs the same tests.
+installed backend with the step entries that fits the GPU runs the same tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import types
 
 import fp8gemm
 import pytest
 import test_gfx942_emulation
 import torch
 from conftest import backends_under_test, device_under_test
-from fp8gemm import moe, moe_steps, registry
+from fp8gemm import moe, moe_steps, moe_torch, registry
+from fp8gemm.arch_module import backend_from_module
+from fp8gemm.moe_pipeline import MoePlan
 from fp8gemm.moe_reference import reference_fused_experts
-from fp8gemm.protocol import K_MAJOR, MN_MAJOR, MOE_ARGS, MOE_COMBINE, MOE_MAX_EXPERTS, MOE_ROUTE, OUT_BF16, ScaleLayout
+from fp8gemm.protocol import (
+    K_MAJOR,
+    MN_MAJOR,
+    MOE_ACTIVATION_ARGS,
+    MOE_COMBINE_ARGS,
+    MOE_MAX_EXPERTS,
+    MOE_ROUTE_ARGS,
+    OUT_BF16,
+    PROTOCOL_VERSION,
+    ScaleLayout,
+)
 from fp8gemm.quantize import empty_scale, reference_quantize
 from fp8gemm.runtime import IN_KINDS
 from fp8gemm.testing import conformance
@@ -36,14 +50,13 @@ ON_CPU = DEVICE.type == "cpu"
 def _step_backends() -> list[str]:
     if ON_CPU:
         return ["gfx942_emulated"]
-    return [
-        name for name in backends_under_test() if name != "reference" and registry.select(DEVICE, name).backend.moe_step
-    ]
+    names = [name for name in backends_under_test() if name != "reference"]
+    return [name for name in names if registry.select(DEVICE, name).backend.moe_route]
 
 
 @pytest.fixture(params=_step_backends())
 def backend(request):
-    """A backend whose moe_step runs here: the emulated gfx942 on the CPU, the GPU's installed ones on a GPU."""
+    """A backend whose step entries run here: the emulated gfx942 on the CPU, the GPU's installed ones on a GPU."""
     if request.param == "gfx942_emulated":
         return request.getfixturevalue("mi300x")
     return registry.select(DEVICE, request.param).backend
@@ -81,9 +94,9 @@ def _gen(name: str, seed: int) -> torch.Generator:
 
 
 def torch_route(topk_ids: torch.Tensor, experts: int):
-    """The torch path's routing (moe.py): offs and each slot's sorted row, -1 for an id outside [0, E)."""
-    valid, sorted_expert, order = moe._sort_by_expert(topk_ids, experts)
-    offs = moe._group_ends(sorted_expert, experts, right=True).to(torch.int32)
+    """The torch steps' routing (moe_torch.py): offs and each slot's sorted row, -1 for an id outside [0, E)."""
+    valid, sorted_expert, order = moe_torch.sort_by_expert(topk_ids, experts)
+    offs = moe_torch.group_ends(sorted_expert, experts)
     position = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
     return offs, torch.where(valid, position, -1).view(topk_ids.shape).to(torch.int32)
 
@@ -165,7 +178,7 @@ def test_activation_quantizes_silu_and_mul_as_the_torch_step(backend, rows, inte
     offs = torch.tensor([0, end // 2, end], dtype=torch.int32, device=DEVICE)
     q, scale = moe_steps.activation(backend, h, offs, pow2)
     done = min(end, rows)
-    want_q, want_scale = reference_quantize(moe._activation(h[:done], inter), q.dtype, pow2)
+    want_q, want_scale = reference_quantize(moe_torch.silu_and_mul(h[:done], inter), q.dtype, pow2)
     assert activation_close(q[:done], want_q, scale[:done], want_scale)
     assert bool(q[done:].float().isnan().all()) and bool(scale[done:].isnan().all())
 
@@ -226,8 +239,7 @@ def test_fused_experts_on_the_step_kernels(backend, case, monkeypatch):
     if case.routing == "skipped":
         ids[1, 1], ids[2, 0] = case.experts, 1 << 30  # ids only the device would see: they select nothing
         monkeypatch.setattr(moe, "check_topk_id_values", lambda ids, experts: None)
-    call = lambda: fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, layout="contiguous", backend=backend.name,
-                                         pow2_scales=case.pow2)  # fmt: skip
+    call = lambda: fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, backend=backend.name, pow2_scales=case.pow2)
     steps = emulator_counts(backend)
     with torch.no_grad():
         out = call()
@@ -248,8 +260,8 @@ def test_fused_experts_on_the_step_kernels(backend, case, monkeypatch):
 
 
 def emulator_counts(backend):
-    """(moe steps, grouped launches, quantize launches) of the emulator behind ``backend``, None on a GPU."""
-    emu = getattr(backend.moe_step, "__self__", None)  # a compiled entry's is its module
+    """(moe step launches, grouped launches, quantize launches) of the emulator behind ``backend``, None on a GPU."""
+    emu = getattr(backend.moe_route, "__self__", None)  # a compiled entry's is its module
     if not isinstance(emu, test_gfx942_emulation.gfx942_emulator.Emulator):
         return None
     return emu.moe_steps, emu.grouped_launches, emu.quantize_launches
@@ -268,29 +280,81 @@ def test_experts_past_the_limit_are_refused():
         fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2)
 
 
-@pytest.mark.skipif(not ON_CPU, reason="the entry's own refusal, through the emulator")
-def test_the_entry_refuses_what_its_kernels_do_not_take(mi300x):
-    def pack(**fields):
-        values = {name: 0 for name in MOE_ARGS.fields} | dict(step=MOE_ROUTE, tokens=1, top_k=1, experts=8, hidden=128)
-        return MOE_ARGS.pack(*(values | fields).values())
-
-    for fields, words in [({"experts": MOE_MAX_EXPERTS + 1}, "E = 1025 experts (w13.shape[0])"),
-                          ({"top_k": 2048}, "top_k = 2048"), ({"step": 7}, "unknown step 7"),
-                          ({"tokens": 3000, "experts": 8}, "needs its workspace"),
-                          ({"step": MOE_COMBINE, "y_kind": OUT_BF16, "in_kind": IN_KINDS[torch.bfloat16],
-                            "weight_kind": IN_KINDS[torch.float32], "rows": 0, "ldy": 128}, "needs at least one row"),
-                          ({"step": MOE_COMBINE, "y_kind": OUT_BF16, "in_kind": IN_KINDS[torch.bfloat16],
-                            "weight_kind": IN_KINDS[torch.float32], "rows": 4, "ldy": 64}, "a row stride of hidden")]:  # fmt: skip
-        with pytest.raises(test_gfx942_emulation.gfx942_emulator.EmulationError, match=re.escape(words)):
-            mi300x.moe_step(pack(**fields))
+def _packed(mirror, **fields) -> int:
+    return mirror.pack(*(fields.get(name, 0) for name in mirror.fields))
 
 
-def test_a_binary_without_the_entry_keeps_the_torch_steps():
-    backend, _ = make_backend("no_steps", a_layout=ScaleLayout(MN_MAJOR, 4))  # as binaries before the entry
-    assert backend.moe_step is None and moe_steps.step_backend(backend) is None
-    with_steps = dataclasses.replace(backend, moe_step=lambda args: None, moe_workspace_bytes=lambda t, k, e: 0)
+ROUTE = dict(tokens=1, top_k=1, experts=8, hidden=128)
+COMBINE = dict(tokens=1, top_k=1, hidden=128, out_kind=IN_KINDS[torch.bfloat16], weight_kind=IN_KINDS[torch.float32],
+               y_kind=OUT_BF16, rows=4, ldy=128)  # fmt: skip
+REFUSED = [  # entry, its mirror, fields, words of the error
+    ("moe_route", MOE_ROUTE_ARGS, {**ROUTE, "experts": MOE_MAX_EXPERTS + 1}, "moe_route: E = 1025 experts (w13.shape[0])"),
+    ("moe_route", MOE_ROUTE_ARGS, {**ROUTE, "top_k": 2048}, "moe_route: top_k = 2048"),
+    ("moe_route", MOE_ROUTE_ARGS, {**ROUTE, "tokens": 3000}, "moe_route: the route step needs its workspace"),
+    ("moe_route", MOE_ROUTE_ARGS, {**ROUTE, "hidden": 200}, "moe_route: the hidden size must be a multiple of 128"),
+    ("moe_route", MOE_ROUTE_ARGS, {**ROUTE, "id_kind": 2}, "moe_route: unknown x or id kind"),
+    ("moe_activation", MOE_ACTIVATION_ARGS, {"experts": 0, "inter": 128, "rows": 1}, "moe_activation: E = 0 experts"),
+    ("moe_activation", MOE_ACTIVATION_ARGS, {"experts": 8, "inter": 128, "rows": 2**31}, "more than 2^31 - 1 rows"),
+    ("moe_activation", MOE_ACTIVATION_ARGS, {"experts": 8, "inter": 100, "rows": 1}, "intermediate size must be a"),
+    ("moe_combine", MOE_COMBINE_ARGS, {**COMBINE, "rows": 0}, "moe_combine: the combine's y needs at least one row"),
+    ("moe_combine", MOE_COMBINE_ARGS, {**COMBINE, "ldy": 64}, "a row stride of hidden to 2^29"),
+    ("moe_combine", MOE_COMBINE_ARGS, {**COMBINE, "y_kind": 5}, "moe_combine: unknown out, weight or y kind"),
+    ("moe_combine", MOE_COMBINE_ARGS, {**COMBINE, "top_k": 0}, "moe_combine: top_k = 0"),
+]  # fmt: skip
+
+
+@pytest.mark.skipif(not ON_CPU, reason="the entries' own refusals, through the emulator")
+@pytest.mark.parametrize("entry, mirror, fields, words", REFUSED, ids=[f"{r[0]}-{r[3][:30]}" for r in REFUSED])
+def test_each_entry_refuses_what_its_kernels_do_not_take(mi300x, entry, mirror, fields, words):
+    with pytest.raises(test_gfx942_emulation.gfx942_emulator.EmulationError, match=re.escape(words)):
+        getattr(mi300x, entry)(_packed(mirror, **fields))
+
+
+@pytest.mark.skipif(not ON_CPU, reason="the wire header, through the emulator")
+def test_each_entry_reads_only_its_own_struct(mi300x):
+    """A struct packed for another step is refused by its size before any field is read."""
+    with pytest.raises(test_gfx942_emulation.gfx942_emulator.EmulationError,
+                       match=rf"moe_combine: arguments of protocol version \d+ \({MOE_ROUTE_ARGS.size} bytes\)"):  # fmt: skip
+        mi300x.moe_combine(_packed(MOE_ROUTE_ARGS, **ROUTE))
+
+
+def test_a_binary_without_the_entries_keeps_the_torch_steps():
+    backend, _ = make_backend("no_steps", a_layout=ScaleLayout(MN_MAJOR, 4))  # as binaries before the entries
+    assert backend.moe_route is None and moe_steps.step_backend(backend) is None
+    entries = dict(moe_route=lambda args: None, moe_activation=lambda args: None, moe_combine=lambda args: None)
+    with_steps = dataclasses.replace(backend, **entries, moe_workspace_bytes=lambda t, k, e: 0)
     assert moe_steps.step_backend(with_steps) is with_steps
+    assert isinstance(moe.steps_for(MoePlan(None, with_steps, None, False, None, None)), moe_steps.KernelSteps)
     k_major = dataclasses.replace(with_steps, a_scale_layout=ScaleLayout(K_MAJOR, 1))  # the kernels write MN-major
     assert moe_steps.step_backend(k_major) is None
-    with pytest.raises(TypeError, match="a moe_step entry needs moe_workspace_bytes"):
-        dataclasses.replace(backend, moe_step=lambda args: None)
+    assert isinstance(moe.steps_for(MoePlan(None, k_major, None, False, None, None)), moe_torch.TorchSteps)
+    with pytest.raises(TypeError, match="the moe step entries come together"):
+        dataclasses.replace(backend, **entries)
+    with pytest.raises(TypeError, match="the moe step entries come together"):
+        dataclasses.replace(backend, moe_route=entries["moe_route"], moe_workspace_bytes=lambda t, k, e: 0)
+
+
+def _arch_module(sizes: dict, **entries):
+    """An arch package's _C as backend_from_module sees it: the protocol's version, these struct sizes and entries."""
+    return types.SimpleNamespace(protocol_version=lambda: PROTOCOL_VERSION, args_sizes=lambda: sizes,
+                                 build_info=lambda: {"targets": "sm_90a"}, launch=lambda args: None,
+                                 workspace_bytes=lambda m, n, k: 0, moe_workspace_bytes=lambda t, k, e: 0,
+                                 **entries)  # fmt: skip
+
+
+def test_a_binary_with_the_single_step_entry_of_before_loads_and_runs_the_torch_steps():
+    """Before one entry per step kernel, binaries had one moe_step entry reading a 216-byte struct for all three: the
+    core no longer knows it, so such a binary loads, without step kernels (a new optional entry's rule)."""
+    load = lambda module: backend_from_module(module, name="x", package="fp8gemm-cuda-x", version="1",
+                                              fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, 4),
+                                              b_scale_layout=ScaleLayout())  # fmt: skip
+    before = load(_arch_module({"moe_step": 216}, moe_step=lambda args: None))
+    assert before.moe_route is None and moe_steps.step_backend(before) is None
+    entries = {mirror.entry: (lambda args: None) for mirror in (MOE_ROUTE_ARGS, MOE_ACTIVATION_ARGS, MOE_COMBINE_ARGS)}
+    sizes = {mirror.entry: mirror.size for mirror in (MOE_ROUTE_ARGS, MOE_ACTIVATION_ARGS, MOE_COMBINE_ARGS)}
+    now = load(_arch_module(sizes, **entries))
+    assert moe_steps.step_backend(now) is now
+    with pytest.raises(
+        RuntimeError, match=f"its moe_combine arguments are 8 bytes, the core's mirror {sizes['moe_combine']}"
+    ):
+        load(_arch_module({**sizes, "moe_combine": 8}, **entries))

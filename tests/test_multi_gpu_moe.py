@@ -12,7 +12,6 @@ import fp8gemm
 import pytest
 import torch
 from conftest import backends_under_test, device_under_test, fp8_dtype_for
-from fp8gemm import moe
 from fp8gemm.moe_reference import reference_fused_experts
 from fp8gemm.testing import conformance
 from test_moe import BF16_BOUND, MoeCase, case_seed, make_case, make_routing
@@ -41,21 +40,20 @@ def _inputs(case: MoeCase, backend: str, device: str) -> tuple:
     return tuple(_copy(t, device) for t in made)
 
 
-def _fused(inputs: tuple, layout: str, backend: str) -> torch.Tensor:
+def _fused(inputs: tuple, backend: str) -> torch.Tensor:
     with torch.no_grad():
-        return fp8gemm.fused_experts(*inputs, layout=layout, backend=backend)
+        return fp8gemm.fused_experts(*inputs, backend=backend)
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
-@pytest.mark.parametrize("layout", moe.LAYOUTS)
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_fused_experts_on_a_device_that_is_not_the_current_one(case, layout, backend):
+def test_fused_experts_on_a_device_that_is_not_the_current_one(case, backend):
     torch.cuda.set_device(0)
-    want = _fused(_inputs(case, backend, "cuda:0"), layout, backend)
+    want = _fused(_inputs(case, backend, "cuda:0"), backend)
     inputs = _inputs(case, backend, "cuda:1")
     for current in (0, 1, 0):
         torch.cuda.set_device(current)
-        got = _fused(inputs, layout, backend)
+        got = _fused(inputs, backend)
         assert torch.cuda.current_device() == current  # the op switched to the tensors' device and back
         assert got.device == torch.device("cuda:1") and torch.equal(got.cpu(), want.cpu()), f"current cuda:{current}"
     expected = reference_fused_experts(*(t.cpu() for t in inputs))
@@ -79,18 +77,17 @@ def test_grouped_gemm_on_a_device_that_is_not_the_current_one(backend):
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
-@pytest.mark.parametrize("layout", moe.LAYOUTS)
-def test_fused_experts_cuda_graph_on_the_second_device(layout, backend):
+def test_fused_experts_cuda_graph_on_the_second_device(backend):
     """Captured on cuda:1 while cuda:0 is current outside, replayed with another routing written into the same
     tensors: the bits of an eager call on cuda:0 with that routing."""
     case = CASES[1]
     torch.cuda.set_device(0)
     inputs = _inputs(case, backend, "cuda:1")
     with torch.no_grad(), torch.cuda.device(1):
-        _fused(inputs, layout, backend)  # warm-up outside the capture: backend lookup, kept scratch
+        _fused(inputs, backend)  # warm-up outside the capture: backend lookup, kept scratch
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=torch.cuda.Stream("cuda:1")):
-            out = _fused(inputs, layout, backend)
+            out = _fused(inputs, backend)
     gen = torch.Generator(device="cuda:0").manual_seed(case_seed(case) + 1)
     ids, weights = make_routing(dataclasses.replace(case, routing="uniform"), gen, torch.device("cuda:0"))
     inputs[1].copy_(ids)
@@ -99,16 +96,16 @@ def test_fused_experts_cuda_graph_on_the_second_device(layout, backend):
     graph.replay()
     torch.cuda.synchronize(1)
     on_first = [_copy(t, "cuda:0") for t in inputs]
-    want = _fused((on_first[0], ids, weights, *on_first[3:]), layout, backend)
+    want = _fused((on_first[0], ids, weights, *on_first[3:]), backend)
     assert torch.equal(out.cpu(), want.cpu())
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_fused_experts_capture_on_one_device_with_tensors_on_another_is_refused(backend):
     inputs = _inputs(CASES[0], backend, "cuda:1")
-    _fused(inputs, "contiguous", backend)
+    _fused(inputs, backend)
     torch.cuda.set_device(0)
     graph = torch.cuda.CUDAGraph()
     with pytest.raises(RuntimeError, match=r"captured on cuda:0, but the tensors are on cuda:1"):
         with torch.cuda.graph(graph, stream=torch.cuda.Stream("cuda:0")):
-            _fused(inputs, "contiguous", backend)
+            _fused(inputs, backend)

@@ -15,7 +15,9 @@ from fp8gemm.protocol import (
     LAUNCH_ARGS,
     LINEAR_ARGS,
     MIRRORS,
-    MOE_ARGS,
+    MOE_ACTIVATION_ARGS,
+    MOE_COMBINE_ARGS,
+    MOE_ROUTE_ARGS,
     PROTOCOL_VERSION,
     QUANTIZE_ARGS,
     ScaleLayout,
@@ -31,7 +33,9 @@ def test_mirrors_have_the_sizes_the_header_asserts():
         QUANTIZE_ARGS: "QuantizeArgs",
         LINEAR_ARGS: "LinearArgs",
         GROUPED_ARGS: "GroupedArgs",
-        MOE_ARGS: "MoeArgs",
+        MOE_ROUTE_ARGS: "MoeRouteArgs",
+        MOE_ACTIVATION_ARGS: "MoeActivationArgs",
+        MOE_COMBINE_ARGS: "MoeCombineArgs",
     }
     assert {names[m]: str(m.size) for m in MIRRORS} == asserted
     assert f"kProtocolVersion = {PROTOCOL_VERSION};" in HEADER

@@ -20,5 +20,6 @@ PYBIND11_MODULE(_C, m) {
   // A scales: MN-major with 16-byte columns (its backend.py's a_scale_layout).
   fp8gemm::define_two_step_linear_entry(m, &fp8gemm_sm120::quantize, &fp8gemm_sm120::launch, &fp8gemm_sm120::workspace_bytes, 4);
   fp8gemm::define_grouped_entry(m, &fp8gemm_sm120::grouped_launch, &fp8gemm_sm120::grouped_workspace_bytes);
-  fp8gemm::define_moe_entry(m, &fp8gemm_sm120::moe_step, &fp8gemm_sm120::moe_workspace_bytes);  // fused_experts' steps
+  fp8gemm::define_moe_entry(m, &fp8gemm_sm120::moe_route, &fp8gemm_sm120::moe_activation, &fp8gemm_sm120::moe_combine,  // fused_experts' steps
+                            &fp8gemm_sm120::moe_workspace_bytes);
 }

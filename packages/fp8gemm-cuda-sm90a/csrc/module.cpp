@@ -44,7 +44,8 @@ PYBIND11_MODULE(_C, m) {
   // A scales: MN-major with 16-byte columns (its backend.py's a_scale_layout).
   fp8gemm::define_two_step_linear_entry(m, &fp8gemm_sm90a::quantize, &fp8gemm_sm90a::launch, &fp8gemm_sm90a::workspace_bytes, 4);
   fp8gemm::define_grouped_entry(m, &fp8gemm_sm90a::grouped_launch, &fp8gemm_sm90a::grouped_workspace_bytes);
-  fp8gemm::define_moe_entry(m, &fp8gemm_sm90a::moe_step, &fp8gemm_sm90a::moe_workspace_bytes);  // fused_experts' steps
+  fp8gemm::define_moe_entry(m, &fp8gemm_sm90a::moe_route, &fp8gemm_sm90a::moe_activation, &fp8gemm_sm90a::moe_combine,  // fused_experts' steps
+                            &fp8gemm_sm90a::moe_workspace_bytes);
   // Not part of the protocol: the tests run every compiled grouped kernel, not only those the plan picks.
   m.def("grouped_tiles", [] {
     pybind11::list tiles;

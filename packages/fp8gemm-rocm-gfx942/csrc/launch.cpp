@@ -75,14 +75,38 @@ int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts) {
   return fp8gemm::moe_workspace_bytes(tokens, top_k, experts);
 }
 
-void moe_step(const fp8gemm::MoeArgs& args) {
-  const fp8gemm::MoeGrid g = fp8gemm::moe_grid(args, "fp8gemm-rocm-gfx942");
-  if (g.x == 0 || g.y == 0) return;  // no tokens or rows: nothing to write
-  if (g.x > INT_MAX || g.y > INT_MAX) throw std::invalid_argument("fp8gemm-rocm-gfx942: moe_step: too many rows for one launch");
-  if (args.step == fp8gemm::kMoeRoute && g.count_blocks && !args.workspace)
-    throw std::invalid_argument("fp8gemm-rocm-gfx942: moe_step: the route step needs its workspace");
-  check(enqueue_moe(fp8gemm::moe_params(args), args.step, g.count_blocks, g.x, g.y, reinterpret_cast<void*>(args.stream)),
-        "moe step kernel launch");
+namespace {
+
+constexpr const char* kPackage = "fp8gemm-rocm-gfx942";
+
+// False: an empty grid, nothing to launch.
+bool moe_grid_fits(const fp8gemm::MoeGrid& g, const char* entry) {
+  if (g.x == 0 || g.y == 0) return false;
+  if (g.x > INT_MAX || g.y > INT_MAX) throw std::invalid_argument(fp8gemm::moe_who(kPackage, entry) + "too many rows for one launch");
+  return true;
+}
+
+}  // namespace
+
+void moe_route(const fp8gemm::MoeRouteArgs& args) {
+  const fp8gemm::MoeGrid g = fp8gemm::moe_route_grid(args, kPackage);
+  if (moe_grid_fits(g, "moe_route"))
+    check(enqueue_moe_route(fp8gemm::moe_route_params(args), g.count_blocks, g.x, reinterpret_cast<void*>(args.stream)),
+          "moe_route kernel launch");
+}
+
+void moe_activation(const fp8gemm::MoeActivationArgs& args) {
+  const fp8gemm::MoeGrid g = fp8gemm::moe_activation_grid(args, kPackage);
+  if (moe_grid_fits(g, "moe_activation"))
+    check(enqueue_moe_activation(fp8gemm::moe_activation_params(args), g.x, g.y, reinterpret_cast<void*>(args.stream)),
+          "moe_activation kernel launch");
+}
+
+void moe_combine(const fp8gemm::MoeCombineArgs& args) {
+  const fp8gemm::MoeGrid g = fp8gemm::moe_combine_grid(args, kPackage);
+  if (moe_grid_fits(g, "moe_combine"))
+    check(enqueue_moe_combine(fp8gemm::moe_combine_params(args), g.x, reinterpret_cast<void*>(args.stream)),
+          "moe_combine kernel launch");
 }
 
 }  // namespace fp8gemm_gfx942

@@ -29,7 +29,9 @@ int enqueue_reduce(const Params& p, int splits, int blocks, void* stream);
 int enqueue_grouped(const GroupedParams& p, const GroupedGeometry& g, void* stream);
 // Defined in quantize.hip: enqueue one activation quantization (in_kind: fp8gemm::InKind).
 int enqueue_quantize(const fp8gemm::QuantizeParams& p, int in_kind, void* stream);
-// Defined in moe.hip: enqueue one mixture-of-experts step (fp8gemm::MoeStep) on the grid fp8gemm::moe_grid gives.
-int enqueue_moe(const fp8gemm::MoeParams& p, int step, int64_t count_blocks, int64_t x, int64_t y, void* stream);
+// Defined in moe.hip: enqueue one mixture-of-experts step on the grid fp8gemm/moe_launch.hpp gives.
+int enqueue_moe_route(const fp8gemm::MoeRouteParams& p, int64_t count_blocks, int64_t blocks, void* stream);
+int enqueue_moe_activation(const fp8gemm::MoeActivationParams& p, int64_t k_blocks, int64_t row_groups, void* stream);
+int enqueue_moe_combine(const fp8gemm::MoeCombineParams& p, int64_t blocks, void* stream);
 
 }  // namespace fp8gemm_gfx942

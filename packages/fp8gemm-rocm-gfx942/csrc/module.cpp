@@ -42,7 +42,7 @@ PYBIND11_MODULE(_C, m) {
   // A scales: MN-major with 16-byte columns (its backend.py's a_scale_layout).
   fp8gemm::define_two_step_linear_entry(m, &quantize, &launch, &workspace_bytes, 4);
   fp8gemm::define_grouped_entry(m, &grouped_launch, &grouped_workspace_bytes);
-  fp8gemm::define_moe_entry(m, &moe_step, &moe_workspace_bytes);  // fused_experts' steps
+  fp8gemm::define_moe_entry(m, &moe_route, &moe_activation, &moe_combine, &moe_workspace_bytes);  // fused_experts' steps
   m.def("grouped_plan", &grouped_plan, "Grouped launch geometry for (masked, m, n, groups, expected_m)");
   m.def("plan", &plan, "Launch geometry for (m, n, k) on a GPU with `cus` compute units");
 }

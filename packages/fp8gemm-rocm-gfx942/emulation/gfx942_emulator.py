@@ -62,6 +62,15 @@ def build(build_dir: Path, csrc: Path | None = None, compiler: str | None = None
     return Path(build_dir)
 
 
+def _poison_fp8_rows(q: int, scale: int, rows: int, cols: int, scale_ld: int) -> None:
+    """FP8 codes 0x80 (NaN in e4m3fnuz) and NaN scales over [rows, cols] and their MN-major scales (K block kb holds
+    rows at scale[kb * scale_ld + row]); a call off the 128 grid, which the entry refuses, is left alone."""
+    if cols < 128 or scale_ld < rows:
+        return
+    ctypes.memset(q, 0x80, rows * cols)
+    ctypes.memset(scale, 0xFF, 4 * ((cols // 128 - 1) * scale_ld + rows))
+
+
 class EmulationError(RuntimeError):
     """A launch the emulator refused or a kernel that broke barrier / wave-op discipline."""
 
@@ -88,7 +97,8 @@ class Emulator:
         self.kernels.fp8gemm_gfx942_emu_grouped_launch.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_grouped_workspace_bytes.argtypes = [ctypes.c_int] + [ctypes.c_int64] * 4
         self.kernels.fp8gemm_gfx942_emu_grouped_workspace_bytes.restype = ctypes.c_int64
-        self.kernels.fp8gemm_gfx942_emu_moe_step.argtypes = [ctypes.c_size_t]
+        for step in ("route", "activation", "combine"):
+            getattr(self.kernels, f"fp8gemm_gfx942_emu_moe_{step}").argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_moe_workspace_bytes.argtypes = [ctypes.c_int64] * 3
         self.kernels.fp8gemm_gfx942_emu_moe_workspace_bytes.restype = ctypes.c_int64
         self.selftest.gfx942_emu_selftest_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
@@ -96,7 +106,7 @@ class Emulator:
         self.launches = 0  # GEMM launches so far: tests check the kernels (not a fallback) ran
         self.quantize_launches = 0
         self.grouped_launches = 0
-        self.moe_steps = 0
+        self.moe_steps = 0  # step launches (route, activation, combine entries) so far
         self.use_cu_count(304)
 
     def _error(self) -> str:
@@ -118,7 +128,9 @@ class Emulator:
             "launch": self.kernels.fp8gemm_gfx942_emu_args_size(0),
             "quantize": self.kernels.fp8gemm_gfx942_emu_args_size(1),
             "grouped_launch": self.kernels.fp8gemm_gfx942_emu_args_size(2),
-            "moe_step": self.kernels.fp8gemm_gfx942_emu_args_size(3),
+            "moe_route": self.kernels.fp8gemm_gfx942_emu_args_size(3),
+            "moe_activation": self.kernels.fp8gemm_gfx942_emu_args_size(4),
+            "moe_combine": self.kernels.fp8gemm_gfx942_emu_args_size(5),
         }
 
     def launch(self, args: int) -> None:
@@ -149,27 +161,41 @@ class Emulator:
         if self.kernels.fp8gemm_gfx942_emu_grouped_launch(args):
             raise EmulationError(self._error())
 
-    def moe_step(self, args: int) -> None:
-        """``fp8gemm.protocol.MoeStepFn`` on the emulator; returns when its kernels have finished. Its outputs are
-        poisoned first, as ``quantize``'s: FP8 codes 0x80 (NaN), scales and float outputs NaN, offs and positions
-        0x7fffffff, so an element the kernels never write cannot match by luck."""
-        from fp8gemm.protocol import MOE_ACTIVATION, MOE_ARGS, MOE_COMBINE, MOE_ROUTE
+    # The step entries (fp8gemm.protocol.MoeStepFn) on the emulator; each returns when its kernels have finished. Their
+    # outputs are poisoned first, as ``quantize``'s: FP8 codes 0x80 (NaN), scales and float outputs NaN, offs and
+    # positions 0x7fffffff, so an element the kernels never write cannot match by luck.
 
-        f = MOE_ARGS.unpack(args) if args else {}
-        step, tokens, top_k, experts = (f.get(name, -1) for name in ("step", "tokens", "top_k", "experts"))
-        hidden, inter, rows = (f.get(name, 0) for name in ("hidden", "inter", "rows"))
-        if step in (MOE_ROUTE, MOE_ACTIVATION) and min(tokens, top_k, experts) >= 1 and f["q"] and f["scale"]:
-            rows, cols = (tokens * top_k, hidden) if step == MOE_ROUTE else (rows, inter)
-            if rows > 0 and cols > 0:
-                ctypes.memset(f["q"], 0x80, rows * cols)
-                ctypes.memset(f["scale"], 0xFF, 4 * ((cols // 128 - 1) * f["scale_ld"] + rows))
-            if step == MOE_ROUTE and f["offs"] and f["position"]:
-                ctypes.memset(f["offs"], 0x7F, 4 * experts)
-                ctypes.memset(f["position"], 0x7F, 4 * tokens * top_k)
-        if step == MOE_COMBINE and tokens > 0 and hidden > 0 and f["out"]:
-            ctypes.memset(f["out"], 0xFF, ((tokens - 1) * f["ldo"] + hidden) * (4 if f["in_kind"] == 2 else 2))
+    def moe_route(self, args: int) -> None:
+        from fp8gemm.protocol import MOE_ROUTE_ARGS
+
+        f = MOE_ROUTE_ARGS.unpack(args) if args else {}
+        tokens, top_k, experts, hidden = (f.get(name, 0) for name in ("tokens", "top_k", "experts", "hidden"))
+        if min(tokens, top_k, experts, hidden) >= 1 and f["q"] and f["scale"] and f["offs"] and f["position"]:
+            _poison_fp8_rows(f["q"], f["scale"], tokens * top_k, hidden, f["scale_ld"])
+            ctypes.memset(f["offs"], 0x7F, 4 * experts)
+            ctypes.memset(f["position"], 0x7F, 4 * tokens * top_k)
+        self._step(self.kernels.fp8gemm_gfx942_emu_moe_route, args)
+
+    def moe_activation(self, args: int) -> None:
+        from fp8gemm.protocol import MOE_ACTIVATION_ARGS
+
+        f = MOE_ACTIVATION_ARGS.unpack(args) if args else {}
+        if min(f.get("rows", 0), f.get("inter", 0)) >= 1 and f["q"] and f["scale"]:
+            _poison_fp8_rows(f["q"], f["scale"], f["rows"], f["inter"], f["scale_ld"])
+        self._step(self.kernels.fp8gemm_gfx942_emu_moe_activation, args)
+
+    def moe_combine(self, args: int) -> None:
+        from fp8gemm.protocol import IN_FP32, MOE_COMBINE_ARGS
+
+        f = MOE_COMBINE_ARGS.unpack(args) if args else {}
+        tokens, hidden = f.get("tokens", 0), f.get("hidden", 0)
+        if tokens > 0 and hidden > 0 and f["out"]:
+            ctypes.memset(f["out"], 0xFF, ((tokens - 1) * f["ldo"] + hidden) * (4 if f["out_kind"] == IN_FP32 else 2))
+        self._step(self.kernels.fp8gemm_gfx942_emu_moe_combine, args)
+
+    def _step(self, entry, args: int) -> None:
         self.moe_steps += 1
-        if self.kernels.fp8gemm_gfx942_emu_moe_step(args):
+        if entry(args):
             raise EmulationError(self._error())
 
     def moe_workspace_bytes(self, tokens: int, top_k: int, experts: int) -> int:
@@ -234,7 +260,9 @@ def _emulated_extension(emulator: Emulator) -> types.ModuleType:
     module.quantize = emulator.quantize
     module.grouped_launch = emulator.grouped_launch
     module.grouped_workspace_bytes = emulator.grouped_workspace_bytes
-    module.moe_step = emulator.moe_step
+    module.moe_route = emulator.moe_route
+    module.moe_activation = emulator.moe_activation
+    module.moe_combine = emulator.moe_combine
     module.moe_workspace_bytes = emulator.moe_workspace_bytes
     module.build_info = lambda: {
         "compiler": find_compiler() or "",

@@ -38,7 +38,7 @@ def backend_from_module(
     grouped_layouts: tuple[int, ...] = (),
 ) -> Backend:
     """The Backend of `module`, an arch package's `_C`: its launch, workspace_bytes and optional quantize, linear,
-    grouped (``grouped_layouts``: the layouts its grouped kernel takes) and moe_step entries, its build_info, and the
+    grouped (``grouped_layouts``: the layouts its grouped kernel takes) and moe step entries, its build_info, and the
     platform and targets that build_info states (the targets a build was compiled for). A binary of another protocol
     is refused."""
     check_protocol(module, package)
@@ -64,7 +64,9 @@ def backend_from_module(
         grouped_launch=getattr(module, "grouped_launch", None),
         grouped_layouts=grouped_layouts if hasattr(module, "grouped_launch") else (),
         grouped_workspace_bytes=getattr(module, "grouped_workspace_bytes", None),
-        moe_step=getattr(module, "moe_step", None),
+        moe_route=getattr(module, "moe_route", None),
+        moe_activation=getattr(module, "moe_activation", None),
+        moe_combine=getattr(module, "moe_combine", None),
         moe_workspace_bytes=getattr(module, "moe_workspace_bytes", None),
         priority=priority,
     )

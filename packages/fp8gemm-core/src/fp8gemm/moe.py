@@ -2,43 +2,34 @@
 
 ``out[t] = sum_j topk_weights[t, j] * down_e(silu(gate_e(x[t])) * up_e(x[t]))`` with ``e = topk_ids[t, j]``, every
 product block-scaled FP8 as ``fp8gemm.gemm``. No value is read on the host (a decode step captures in one CUDA graph);
-ids only the device sees that fall outside [0, E) select nothing. The steps, the layout policy and the limits:
+ids only the device sees that fall outside [0, E) select nothing. The steps and the limits:
 docs/moe.md.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from . import moe_steps, registry, runtime
-from .grouped import run_grouped
 from .grouped_checks import check_dims, check_rows, check_scale_shape, has_storage
-from .protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, MOE_MAX_EXPERTS, MOE_MAX_TOP_K
-from .quantize import quantize_rows
+from .moe_pipeline import MoePlan, MoeShape, MoeSteps
+from .moe_torch import TorchSteps
+from .protocol import MOE_MAX_EXPERTS, MOE_MAX_TOP_K
 from .reference import BLOCK, REFERENCE
 from .runtime import IN_KINDS, LIBRARY
 from .validation import ceil_div, check_fp8, check_same_device
 
 ACTIVATIONS = ("silu",)
-LAYOUTS = ("contiguous", "masked")
+LAYOUTS = ("contiguous",)
 MOE_NAMES = ("x", "topk_ids", "topk_weights", "w13", "w13_scale", "w2", "w2_scale")
 ID_DTYPES = (torch.int32, torch.int64)
 WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-# The masked layout is used for T <= MASKED_MAX_TOKENS when the backend runs it as a kernel. 0: the contiguous
-# layout everywhere; on an H100 the masked one was slower at every T measured (docs/moe.md, "Layout").
-MASKED_MAX_TOKENS = 0
-COMBINE_CHUNK_BYTES = 64 << 20  # the fp32 weighted rows the combine holds at once
-
-
-class MoeShape(NamedTuple):
-    tokens: int  # T
-    top_k: int  # k
-    experts: int  # E
-    hidden: int  # H
-    intermediate: int  # I
+# The padded pipeline (T rows per expert on the masked grouped GEMM), removed: no measured case picked it.
+MASKED_REMOVED = (
+    "layout='masked' is no longer a fused_experts pipeline: on an H100 it ran at 0.10-0.87x the contiguous one at "
+    "every T measured (docs/decisions.md); pass layout=None or 'contiguous' (fp8gemm.grouped_gemm_masked still runs "
+    "a padded batch of your own)"
+)
 
 
 # --- checks: metadata only, so they also run on fake tensors at trace time ---------------------------------------
@@ -113,8 +104,10 @@ def check_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale,
     check_rows("w2", w2)
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS} (act(gate) * up), got {activation!r}")
+    if layout == "masked":
+        raise ValueError(MASKED_REMOVED)
     if layout not in LAYOUTS and layout not in (None, ""):
-        raise ValueError(f"layout must be one of {LAYOUTS} or None (the policy's choice), got {layout!r}")
+        raise ValueError(f"layout must be one of {LAYOUTS} or None, got {layout!r}")
     return MoeShape(tokens, topk_ids.shape[1], experts, hidden, inter)
 
 
@@ -139,131 +132,34 @@ def check_topk_id_values(topk_ids: torch.Tensor, experts: int) -> None:
         )
 
 
-# --- the layout policy -----------------------------------------------------------------------------------------
+# --- the plan: one backend, one set of checks, one implementation of the seam -----------------------------------
 
 
-def kernel_layouts(backend) -> tuple[int, ...]:
-    """The grouped layouts ``backend`` runs as one launch (none: the grouped reference runs)."""
-    return tuple(backend.grouped_layouts) if getattr(backend, "grouped_launch", None) is not None else ()
+def plan_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation: str, pow2: bool,
+                       layout: str | None, backend_name: str | None) -> MoePlan:  # fmt: skip
+    """Every check of one call, on metadata (and CPU ids), and its backend, resolved once."""
+    shape = check_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, layout)
+    backend = registry.select(x.device, runtime.requested_backend(backend_name)).backend
+    if backend is not REFERENCE:
+        check_backend_dtype(w13, backend, x.device)
+    check_topk_id_values(topk_ids, shape.experts)
+    y_dtype = torch.bfloat16 if x.dtype is torch.bfloat16 else torch.float32
+    return MoePlan(shape, backend, w13.dtype, pow2, y_dtype, x.dtype)
 
 
-def choose_layout(tokens: int, layouts: tuple[int, ...]) -> str:
-    """``"masked"`` for ``tokens <= MASKED_MAX_TOKENS`` where the backend has a masked kernel, else
-    ``"contiguous"``. The contiguous path handles T * k rows; the masked one E * T (T rows for each expert)."""
-    return "masked" if tokens <= MASKED_MAX_TOKENS and GROUPED_MASKED in layouts else "contiguous"
-
-
-# --- the pipeline ------------------------------------------------------------------------------------------------
-
-
-def _take_rows(q: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """FP8 rows gathered by ``index`` (as bytes: every device gathers uint8)."""
-    return q.view(torch.uint8).index_select(0, index).view(q.dtype)
-
-
-def _sort_by_expert(topk_ids: torch.Tensor, experts: int):
-    """Flat (token, choice) slots in expert order. An id outside [0, E) becomes E: its slots sort last, past every
-    group, and select nothing. Returns (valid [T*k], sorted expert ids, order: the flat slot of each sorted row)."""
-    flat = topk_ids.reshape(-1).to(torch.int64)
-    valid = (flat >= 0) & (flat < experts)
-    expert = torch.where(valid, flat, experts)
-    sorted_expert, order = torch.sort(expert, stable=True)
-    return valid, sorted_expert, order
-
-
-def _group_ends(sorted_expert: torch.Tensor, groups: int, right: bool) -> torch.Tensor:
-    ids = torch.arange(groups, device=sorted_expert.device)
-    return torch.searchsorted(sorted_expert, ids, right=right)
-
-
-def _activation(h: torch.Tensor, inter: int) -> torch.Tensor:
-    """silu(gate) * up in fp32 from the fp32 gate/up product (its first I columns the gate, the next I the up)."""
-    return torch.nn.functional.silu(h[..., :inter]) * h[..., inter:]
-
-
-def _combine(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``out[t] = sum_j weights[t, j] * y[rows[t, j]]``: each token's k rows gathered, weighted and summed in fp32
-    over j, no atomics (the same bits on every run), in chunks of tokens whose fp32 products fit COMBINE_CHUNK_BYTES
-    (one chunk for a decode step)."""
-    tokens, k = rows.shape
-    hidden = y.shape[1]
-    out = torch.empty((tokens, hidden), dtype=dtype, device=y.device)
-    step = max(1, COMBINE_CHUNK_BYTES // (k * hidden * 4))
-    for start in range(0, tokens, step):
-        part = slice(start, start + step)
-        picked = y.index_select(0, rows[part].reshape(-1)).view(-1, k, hidden)
-        out[part] = (picked * weights[part, :, None]).sum(1)
-    return out
-
-
-def _contiguous(shape: MoeShape, xq, xs, topk_ids, weights, w13, w13_scale, w2, w2_scale, pow2, backend_name, y_dtype):
-    """Rows sorted by expert, ``offs`` their cumulative ends: two contiguous grouped GEMMs over T * k rows."""
-    tokens, k, experts, _, inter = shape
-    rows = tokens * k
-    valid, sorted_expert, order = _sort_by_expert(topk_ids, experts)
-    offs = _group_ends(sorted_expert, experts, right=True).to(torch.int32)
-    token = order // k
-    a, a_scale = _take_rows(xq, token), xs.index_select(0, token)  # the FP8 rows, not a bf16 copy
-    h = run_grouped(backend_name, GROUPED_CONTIGUOUS, a, w13, a_scale, w13_scale, offs, None, torch.float32)
-    aq, a_scale = quantize_rows(_activation(h, inter), w13.dtype, pow2, backend_name, "the activation")
-    y = run_grouped(backend_name, GROUPED_CONTIGUOUS, aq, w2, a_scale, w2_scale, offs, None, y_dtype)
-    position = torch.empty_like(order).scatter_(0, order, torch.arange(rows, device=order.device))
-    return y, position.view(tokens, k), torch.where(valid.view(tokens, k), weights, 0.0)
-
-
-def _masked(shape: MoeShape, xq, xs, topk_ids, weights, w13, w13_scale, w2, w2_scale, pow2, backend_name, y_dtype):
-    """A batch of T rows per expert, ``masked_m`` of them real: two masked grouped GEMMs over E * T rows. A slot past
-    its expert's T rows (a token naming one expert twice) and an id outside [0, E) land in a spare row that no GEMM
-    reads and whose output stays 0."""
-    tokens, k, experts, hidden, inter = shape
-    m_max, rows = tokens, tokens * k
-    spare = experts * m_max
-    valid, sorted_expert, order = _sort_by_expert(topk_ids, experts)
-    starts = _group_ends(sorted_expert, experts + 1, right=False)
-    position = torch.arange(rows, device=order.device) - starts[sorted_expert]
-    kept = valid[order] & (position < m_max)
-    slot = torch.empty_like(order).scatter_(0, order, torch.where(kept, sorted_expert * m_max + position, spare))
-    masked_m = (starts[1:] - starts[:-1]).clamp(max=m_max).to(torch.int32)
-    token = torch.arange(rows, device=order.device) // k
-    a = torch.empty((spare + 1, hidden), dtype=torch.uint8, device=xq.device)
-    a.index_copy_(0, slot, _take_rows(xq, token).view(torch.uint8))
-    a_scale = torch.empty((spare + 1, xs.shape[1]), dtype=torch.float32, device=xs.device)
-    a_scale.index_copy_(0, slot, xs.index_select(0, token))
-    a = a[:spare].view(xq.dtype).view(experts, m_max, hidden)
-    hint = ceil_div(rows, experts)
-    h = run_grouped(backend_name, GROUPED_MASKED, a, w13, a_scale[:spare].view(experts, m_max, -1), w13_scale, masked_m,
-                    None, torch.float32, hint)  # fmt: skip
-    aq, a_scale = quantize_rows(_activation(h, inter), w13.dtype, pow2, backend_name, "the activation")
-    y = torch.zeros((spare + 1, hidden), dtype=y_dtype, device=xq.device)  # the spare row reads 0
-    run_grouped(backend_name, GROUPED_MASKED, aq.view(experts, m_max, inter), w2, a_scale.view(experts, m_max, -1),
-                w2_scale, masked_m, y[:spare].view(experts, m_max, hidden), None, hint)  # fmt: skip
-    slot = slot.view(tokens, k)
-    return y, slot, torch.where(slot < spare, weights, 0.0)
+def steps_for(plan: MoePlan) -> MoeSteps:
+    """The backend's step kernels where it has them (moe_steps.py), else the torch steps (moe_torch.py)."""
+    return moe_steps.KernelSteps(plan) if moe_steps.step_backend(plan.backend) else TorchSteps(plan)
 
 
 def run_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation: str, pow2: bool,
                       layout: str | None, backend_name: str | None) -> torch.Tensor:  # fmt: skip
-    """Check, pick the backend and layout, run the pipeline on x's device (docs/moe.md, "Steps"): the backend's step
-    kernels for the contiguous layout where it has them (moe_steps.py), else the torch steps below."""
-    shape = check_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, layout)
-    backend_name = runtime.requested_backend(backend_name)
-    backend = registry.select(x.device, backend_name).backend
-    if backend is not REFERENCE:
-        check_backend_dtype(w13, backend, x.device)
-    check_topk_id_values(topk_ids, shape.experts)
-    if shape.tokens == 0:
-        return x.new_empty((0, shape.hidden))
-    layout = layout or choose_layout(shape.tokens, kernel_layouts(backend))
-    y_dtype = torch.bfloat16 if x.dtype is torch.bfloat16 else torch.float32
-    steps = moe_steps.step_backend(backend) if layout == "contiguous" else None
-    if steps is not None:  # the backend's step kernels: six launches
-        return moe_steps.fused_contiguous(shape, steps, x, topk_ids, topk_weights, w13, w13_scale, w2,
-                                          w2_scale, pow2, y_dtype)  # fmt: skip
-    xq, xs = quantize_rows(x, w13.dtype, pow2, backend_name)  # once per token: rows are gathered in FP8
-    run = _masked if layout == "masked" else _contiguous
-    y, rows, weights = run(shape, xq, xs, topk_ids, topk_weights.float(), w13, w13_scale, w2, w2_scale, pow2,
-                           backend_name, y_dtype)  # fmt: skip
-    return _combine(y, rows, weights, x.dtype)
+    """Plan, then prepare -> experts -> finalize on x's device (docs/moe.md, "Steps")."""
+    plan = plan_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2, layout,
+                              backend_name)  # fmt: skip
+    if plan.shape.tokens == 0:
+        return x.new_empty((0, plan.shape.hidden))
+    return steps_for(plan).run(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale)
 
 
 # --- the torch.library op: what torch.compile and graph capture see ----------------------------------------------
@@ -299,7 +195,7 @@ def fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, *, ac
     w13: FP8 [E, 2I, H], each expert's gate (first I rows) and up projections stacked, as vLLM and transformers
     store them; w13_scale: fp32 [E, 2I/128, H/128]. w2: FP8 [E, H, I]; w2_scale: fp32 [E, ceil(H/128), I/128].
     I and H are multiples of 128. Pass the scales once through ``fp8gemm.prepare_weight_scale``.
-    activation: ``"silu"``. layout: ``"contiguous"``, ``"masked"`` or None (:func:`choose_layout`).
+    activation: ``"silu"``. layout: ``"contiguous"`` or None, the same pipeline (``"masked"``, removed, raises).
 
     No value is read on the host on a GPU, so a decode step captures in one CUDA graph; ids outside [0, E) that
     only the device sees select nothing (on the CPU they raise). A ``torch.library`` op: traces under

@@ -69,24 +69,29 @@ GROUPED_ARGS = ArgsMirror(
     "b_scale_ld:q a_group_stride:q b_group_stride:q out_group_stride:q a_scale_group_stride:q b_scale_group_stride:q "
     "expected_m:q layout:i out_kind:i stream:Q",
 )
-MOE_ARGS = ArgsMirror(
-    "moe_step",
-    "ids:Q weights:Q x:Q q:Q scale:Q offs:Q position:Q h:Q y:Q out:Q workspace:Q tokens:q top_k:q experts:q hidden:q "
-    "inter:q rows:q ldx:q ldh:q ldy:q ldo:q scale_ld:q step:i id_kind:i in_kind:i weight_kind:i y_kind:i pow2:i "
+MOE_ROUTE_ARGS = ArgsMirror(
+    "moe_route",
+    "ids:Q x:Q q:Q scale:Q offs:Q position:Q workspace:Q tokens:q top_k:q experts:q hidden:q ldx:q scale_ld:q "
+    "id_kind:i in_kind:i pow2:i stream:Q",
+)
+MOE_ACTIVATION_ARGS = ArgsMirror(
+    "moe_activation", "h:Q q:Q scale:Q offs:Q experts:q inter:q rows:q ldh:q scale_ld:q pow2:i stream:Q"
+)
+MOE_COMBINE_ARGS = ArgsMirror(
+    "moe_combine",
+    "weights:Q position:Q y:Q out:Q tokens:q top_k:q hidden:q rows:q ldy:q ldo:q out_kind:i weight_kind:i y_kind:i "
     "stream:Q",
 )
-MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS, MOE_ARGS)
+MOE_MIRRORS = (MOE_ROUTE_ARGS, MOE_ACTIVATION_ARGS, MOE_COMBINE_ARGS)
+MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS, *MOE_MIRRORS)
 
 # Grouped layouts (fp8gemm/backend.hpp GroupedLayout).
 GROUPED_CONTIGUOUS = 0  # rows grouped by expert; group_rows: int32 [groups] cumulative row ends
 GROUPED_MASKED = 1  # [groups, m, k]; group_rows: int32 [groups] rows computed per group
 GROUPED_ROW_IDS = 2  # group_rows: int32 [m] each row's group, -1 for a row not written
 
-# Steps of fused_experts' contiguous pipeline (fp8gemm/backend.hpp MoeStep), and what they take.
-MOE_ROUTE = 0  # topk_ids -> offs, position, x quantized into each slot's row
-MOE_ACTIVATION = 1  # fp32 gate/up product -> silu(gate) * up quantized
-MOE_COMBINE = 2  # the weighted sum of each token's rows
-MOE_MAX_EXPERTS = 1024  # fp8gemm/moe_steps.cuh kMoeMaxExperts
+# What fused_experts' step kernels take (fp8gemm/moe_steps.cuh).
+MOE_MAX_EXPERTS = 1024  # kMoeMaxExperts
 MOE_MAX_TOP_K = 1024  # kMoeChunkSlots: a route block holds whole tokens
 
 # Layouts a kernel may ask for. The core converts caller scales into them (once, for weights,
@@ -170,10 +175,12 @@ backend declares in ``grouped_layouts`` (``fp8gemm/backend.hpp`` GroupedArgs giv
 
 
 MoeStepFn = Callable[[int], None]
-"""``moe_step(MOE_ARGS.pack(...))``: one step of ``fused_experts``' contiguous pipeline (``MOE_ROUTE``,
-``MOE_ACTIVATION``, ``MOE_COMBINE``), one launch (the route step two when its tokens span more than one block of
-1024 slots); ``fp8gemm/backend.hpp`` MoeArgs gives every field. FP8 codes and scales equal ``quantize_activation``'s;
-values the device reads (ids, offs, positions) are clamped, never read or written outside the tensors.
+"""The step kernels of ``fused_experts``' pipeline (``fp8gemm/moe_steps.cuh``), one entry and struct each:
+``moe_route(MOE_ROUTE_ARGS.pack(...))`` (route + quantize-scatter; two launches, three when the tokens span more than
+one block of 1024 slots), ``moe_activation(MOE_ACTIVATION_ARGS.pack(...))`` (SiLU-and-mul + quantize) and
+``moe_combine(MOE_COMBINE_ARGS.pack(...))``; ``fp8gemm/backend.hpp`` MoeRouteArgs, MoeActivationArgs and MoeCombineArgs
+give every field. FP8 codes and scales equal ``quantize_activation``'s; values the device reads (ids, offs, positions)
+are clamped, never read or written outside the tensors.
 """
 
 
@@ -203,8 +210,10 @@ class Backend:
     grouped_launch: GroupedFn | None = None  # optional: grouped GEMMs (mixture of experts) in one launch
     grouped_layouts: tuple[int, ...] = ()  # the GROUPED_* layouts grouped_launch takes
     grouped_workspace_bytes: Callable[[int, int, int, int, int], int] | None = None  # (layout, m, n, k, groups)
-    moe_step: MoeStepFn | None = None  # optional: fused_experts' route, activation and combine kernels
-    moe_workspace_bytes: Callable[[int, int, int], int] | None = None  # (tokens, top_k, experts)
+    moe_route: MoeStepFn | None = None  # optional, the three together: fused_experts' step kernels
+    moe_activation: MoeStepFn | None = None
+    moe_combine: MoeStepFn | None = None
+    moe_workspace_bytes: Callable[[int, int, int], int] | None = None  # moe_route's, for (tokens, top_k, experts)
 
     def __post_init__(self):
         if self.platform not in ("cuda", "rocm"):
@@ -219,5 +228,9 @@ class Backend:
             raise TypeError(
                 f"Backend {self.name!r}: a grouped_launch entry needs grouped_layouts and grouped_workspace_bytes"
             )
-        if self.moe_step is not None and not callable(self.moe_workspace_bytes):
-            raise TypeError(f"Backend {self.name!r}: a moe_step entry needs moe_workspace_bytes")
+        steps = (self.moe_route, self.moe_activation, self.moe_combine, self.moe_workspace_bytes)
+        if any(step is not None for step in steps[:3]) and not all(map(callable, steps)):
+            raise TypeError(
+                f"Backend {self.name!r}: the moe step entries come together: moe_route, moe_activation, moe_combine "
+                f"and moe_workspace_bytes"
+            )

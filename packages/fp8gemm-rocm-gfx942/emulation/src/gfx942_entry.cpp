@@ -1,6 +1,7 @@
 // C entry points of the emulated gfx942 backend: the package's own launch(), workspace_bytes(), quantize(),
-// grouped_launch(), grouped_workspace_bytes(), moe_step() and moe_workspace_bytes() (csrc/launch.cpp) behind the protocol's argument structs (read and checked as the package's
-// module reads them), with C++ exceptions turned into an error code and the emulator's last error.
+// grouped_launch(), grouped_workspace_bytes(), moe_route(), moe_activation(), moe_combine() and moe_workspace_bytes()
+// (csrc/launch.cpp) behind the protocol's argument structs (read and checked as the package's module reads them),
+// with C++ exceptions turned into an error code and the emulator's last error.
 #include <cstdint>
 #include <exception>
 
@@ -33,12 +34,15 @@ int wire_entry(uintptr_t args, const char* name, Entry entry) {
 
 extern "C" uint32_t fp8gemm_gfx942_emu_protocol_version() { return fp8gemm::kProtocolVersion; }
 
-extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {  // 0 launch, 1 quantize, 2 grouped_launch, 3 moe_step
+// 0 launch, 1 quantize, 2 grouped_launch, 3 moe_route, 4 moe_activation, 5 moe_combine
+extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {
   switch (entry) {
     case 0: return sizeof(fp8gemm::Wire<fp8gemm::LaunchArgs>);
     case 1: return sizeof(fp8gemm::Wire<fp8gemm::QuantizeArgs>);
     case 2: return sizeof(fp8gemm::Wire<fp8gemm::GroupedArgs>);
-    case 3: return sizeof(fp8gemm::Wire<fp8gemm::MoeArgs>);
+    case 3: return sizeof(fp8gemm::Wire<fp8gemm::MoeRouteArgs>);
+    case 4: return sizeof(fp8gemm::Wire<fp8gemm::MoeActivationArgs>);
+    case 5: return sizeof(fp8gemm::Wire<fp8gemm::MoeCombineArgs>);
     default: return -1;
   }
 }
@@ -64,8 +68,16 @@ extern "C" int64_t fp8gemm_gfx942_emu_grouped_workspace_bytes(int layout, int64_
   return guarded([&] { return fp8gemm_gfx942::grouped_workspace_bytes(layout, m, n, k, groups); }, int64_t{-1});
 }
 
-extern "C" int fp8gemm_gfx942_emu_moe_step(uintptr_t args) {
-  return wire_entry<fp8gemm::MoeArgs>(args, "moe_step", fp8gemm_gfx942::moe_step);
+extern "C" int fp8gemm_gfx942_emu_moe_route(uintptr_t args) {
+  return wire_entry<fp8gemm::MoeRouteArgs>(args, "moe_route", fp8gemm_gfx942::moe_route);
+}
+
+extern "C" int fp8gemm_gfx942_emu_moe_activation(uintptr_t args) {
+  return wire_entry<fp8gemm::MoeActivationArgs>(args, "moe_activation", fp8gemm_gfx942::moe_activation);
+}
+
+extern "C" int fp8gemm_gfx942_emu_moe_combine(uintptr_t args) {
+  return wire_entry<fp8gemm::MoeCombineArgs>(args, "moe_combine", fp8gemm_gfx942::moe_combine);
 }
 
 extern "C" int64_t fp8gemm_gfx942_emu_moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts) {

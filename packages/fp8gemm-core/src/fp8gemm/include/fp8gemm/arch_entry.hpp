@@ -19,9 +19,11 @@ void launch(const fp8gemm::LaunchArgs& args);
 int64_t workspace_bytes(int64_t m, int64_t n, int64_t k);
 // One activation quantization on args.stream (fp8gemm::QuantizeArgs).
 void quantize(const fp8gemm::QuantizeArgs& args);
-// One step of fused_experts' pipeline on args.stream (fp8gemm::MoeArgs, fp8gemm/moe_steps.cuh), and the device bytes
-// its route step needs in args.workspace for (tokens, top_k, experts).
-void moe_step(const fp8gemm::MoeArgs& args);
+// The step kernels of fused_experts' pipeline on args.stream (fp8gemm/backend.hpp's Moe*Args, fp8gemm/moe_steps.cuh),
+// and the device bytes the route step needs in args.workspace for (tokens, top_k, experts).
+void moe_route(const fp8gemm::MoeRouteArgs& args);
+void moe_activation(const fp8gemm::MoeActivationArgs& args);
+void moe_combine(const fp8gemm::MoeCombineArgs& args);
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts);
 
 }  // namespace FP8GEMM_ARCH_NAMESPACE

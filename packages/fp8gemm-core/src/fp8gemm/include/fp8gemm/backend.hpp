@@ -62,22 +62,40 @@ struct GroupedArgs {
   uintptr_t stream;
 };
 
-// One step of fused_experts' contiguous pipeline (fp8gemm/moe_steps.cuh, docs/moe.md "Steps"), on `stream`:
-//   kMoeRoute: ids [tokens, top_k] (id_kind 0 int32, 1 int64) -> offs int32 [experts] (cumulative row ends), position
-//     int32 [tokens, top_k] (each slot's row in expert order, stable; -1 for an id outside [0, experts)), and x
-//     [tokens, hidden] (row stride ldx, in_kind) quantized once per token into each of its rows of q (FP8 [tokens *
-//     top_k, hidden]) and scale (MN-major, scale_ld); workspace: moe_workspace_bytes(tokens, top_k, experts) bytes.
-//   kMoeActivation: h fp32 [rows, 2 inter] (row stride ldh; gate then up) -> silu(gate) * up quantized into q (FP8
-//     [rows, inter]) and scale (MN-major, scale_ld); rows >= offs[experts - 1] (read on the device) are skipped.
-//   kMoeCombine: out [tokens, hidden] (in_kind, row stride ldo) = sum over j of weights[t, j] (weight_kind, an
-//     InKind) * y[position[t, j]] (y_kind an OutKind, row stride ldy, rows rows), in fp32, j in order, -1 skipped.
-// The core guarantees 1 <= experts <= 1024, 1 <= top_k <= 1024, hidden and inter multiples of 128, tokens * top_k <
-// 2^31, 16-byte aligned pointers and row strides.
-enum MoeStep : int { kMoeRoute = 0, kMoeActivation = 1, kMoeCombine = 2 };
-struct MoeArgs {
-  uintptr_t ids, weights, x, q, scale, offs, position, h, y, out, workspace;
-  int64_t tokens, top_k, experts, hidden, inter, rows, ldx, ldh, ldy, ldo, scale_ld;
-  int step, id_kind, in_kind, weight_kind, y_kind, pow2;
+// The step kernels of fused_experts' pipeline (fp8gemm/moe_steps.cuh, docs/moe.md "Steps"): one entry and one struct
+// per kernel, each holding what that kernel reads, enqueued on `stream`. The core guarantees 1 <= experts <= 1024,
+// 1 <= top_k <= 1024, hidden and inter multiples of 128, tokens * top_k < 2^31, 16-byte aligned pointers and row
+// strides; values only the device reads (ids, offs, positions) are clamped.
+//
+// moe_route, route + quantize-scatter: ids [tokens, top_k] (id_kind 0 int32, 1 int64) -> offs int32 [experts]
+// (cumulative row ends), position int32 [tokens, top_k] (each slot's row in expert order, stable; -1 for an id outside
+// [0, experts)), and x [tokens, hidden] (row stride ldx, in_kind) quantized once per token into each of its rows of q
+// (FP8 [tokens * top_k, hidden]) and scale (MN-major, scale_ld); workspace: moe_workspace_bytes(tokens, top_k,
+// experts) bytes.
+struct MoeRouteArgs {
+  uintptr_t ids, x, q, scale, offs, position, workspace;
+  int64_t tokens, top_k, experts, hidden, ldx, scale_ld;
+  int id_kind, in_kind, pow2;
+  uintptr_t stream;
+};
+
+// moe_activation, SiLU-and-mul + quantize: h fp32 [rows, 2 inter] (row stride ldh; gate then up) -> silu(gate) * up
+// quantized into q (FP8 [rows, inter]) and scale (MN-major, scale_ld); rows >= offs[experts - 1] (read on the device)
+// are skipped.
+struct MoeActivationArgs {
+  uintptr_t h, q, scale, offs;
+  int64_t experts, inter, rows, ldh, scale_ld;
+  int pow2;
+  uintptr_t stream;
+};
+
+// moe_combine: out [tokens, hidden] (out_kind, an InKind: x's dtype; row stride ldo) = sum over j of weights[t, j]
+// (weight_kind, an InKind) * y[position[t, j]] (y_kind an OutKind, row stride ldy, `rows` rows), in fp32, j in order,
+// -1 skipped.
+struct MoeCombineArgs {
+  uintptr_t weights, position, y, out;
+  int64_t tokens, top_k, hidden, rows, ldy, ldo;
+  int out_kind, weight_kind, y_kind;
   uintptr_t stream;
 };
 
@@ -95,6 +113,9 @@ static_assert(sizeof(Wire<LaunchArgs>) == 136 && offsetof(LaunchArgs, stream) ==
 static_assert(sizeof(Wire<QuantizeArgs>) == 80 && offsetof(QuantizeArgs, stream) == 64, "mirror: QUANTIZE_ARGS");
 static_assert(sizeof(Wire<LinearArgs>) == 128 && offsetof(LinearArgs, stream) == 112, "mirror: LINEAR_ARGS");
 static_assert(sizeof(Wire<GroupedArgs>) == 200 && offsetof(GroupedArgs, stream) == 184, "mirror: GROUPED_ARGS");
-static_assert(sizeof(Wire<MoeArgs>) == 216 && offsetof(MoeArgs, stream) == 200, "mirror: MOE_ARGS");
+static_assert(sizeof(Wire<MoeRouteArgs>) == 136 && offsetof(MoeRouteArgs, stream) == 120, "mirror: MOE_ROUTE_ARGS");
+static_assert(sizeof(Wire<MoeActivationArgs>) == 96 && offsetof(MoeActivationArgs, stream) == 80,
+              "mirror: MOE_ACTIVATION_ARGS");
+static_assert(sizeof(Wire<MoeCombineArgs>) == 112 && offsetof(MoeCombineArgs, stream) == 96, "mirror: MOE_COMBINE_ARGS");
 
 }  // namespace fp8gemm

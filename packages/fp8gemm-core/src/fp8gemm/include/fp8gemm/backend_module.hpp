@@ -1,8 +1,8 @@
 // The Python module every arch package exposes to the core (pybind11, no libtorch):
 //   launch(args), workspace_bytes(m, n, k), build_info() -> dict, protocol_version(), args_sizes() -> dict, and
 //   optionally quantize(args) and linear(args) with linear_workspace_bytes(m, n, k, in_kind), and grouped_launch(args)
-//   with grouped_workspace_bytes(layout, m, n, k, groups), and moe_step(args) with moe_workspace_bytes(tokens, top_k,
-//   experts). Each `args` is the address of a Wire<...Args>
+//   with grouped_workspace_bytes(layout, m, n, k, groups), and moe_route(args), moe_activation(args) and
+//   moe_combine(args) with moe_workspace_bytes(tokens, top_k, experts). Each `args` is the address of a Wire<...Args>
 //   (fp8gemm/backend.hpp) that the core packed through its mirror (fp8gemm/protocol.py).
 // An arch package's binding is then one line per entry:
 //   PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &my::launch, &my::workspace_bytes, my::build_info); }
@@ -27,7 +27,9 @@ void define_backend_module(pybind11::module_& m, Launch launch, WorkspaceBytes w
         sizes["quantize"] = sizeof(Wire<QuantizeArgs>);
         sizes["linear"] = sizeof(Wire<LinearArgs>);
         sizes["grouped_launch"] = sizeof(Wire<GroupedArgs>);
-        sizes["moe_step"] = sizeof(Wire<MoeArgs>);
+        sizes["moe_route"] = sizeof(Wire<MoeRouteArgs>);
+        sizes["moe_activation"] = sizeof(Wire<MoeActivationArgs>);
+        sizes["moe_combine"] = sizeof(Wire<MoeCombineArgs>);
         return sizes;
       },
       "Bytes of each entry's argument struct, header included (the core compares them with its mirrors)");
@@ -66,14 +68,24 @@ void define_grouped_entry(pybind11::module_& m, Grouped grouped, WorkspaceBytes 
         "Scratch bytes grouped_launch() needs for (layout, m, n, k, groups) on the current device");
 }
 
-// The optional mixture-of-experts steps entry (fp8gemm.protocol.MoeStepFn, fp8gemm/moe_steps.cuh).
-template <class MoeStep, class WorkspaceBytes>
-void define_moe_entry(pybind11::module_& m, MoeStep moe_step, WorkspaceBytes workspace_bytes) {
+// The optional mixture-of-experts step entries (fp8gemm.protocol.MoeRouteFn, MoeActivationFn, MoeCombineFn;
+// fp8gemm/moe_steps.cuh): one per step kernel, each reading its own struct.
+template <class Route, class Activation, class Combine, class WorkspaceBytes>
+void define_moe_entry(pybind11::module_& m, Route route, Activation activation, Combine combine,
+                      WorkspaceBytes workspace_bytes) {
   m.def(
-      "moe_step", [moe_step](uintptr_t args) { moe_step(read_wire<MoeArgs>(args, "moe_step")); },
-      "Enqueue one step of fused_experts (route, activation or combine): `args` is the address of a packed "
-      "fp8gemm.protocol.MOE_ARGS");
-  m.def("moe_workspace_bytes", workspace_bytes, "Scratch bytes moe_step()'s route step needs for (tokens, top_k, experts)");
+      "moe_route", [route](uintptr_t args) { route(read_wire<MoeRouteArgs>(args, "moe_route")); },
+      "Enqueue fused_experts' route + quantize-scatter: `args` is the address of a packed "
+      "fp8gemm.protocol.MOE_ROUTE_ARGS");
+  m.def(
+      "moe_activation",
+      [activation](uintptr_t args) { activation(read_wire<MoeActivationArgs>(args, "moe_activation")); },
+      "Enqueue fused_experts' SiLU-and-mul + quantize: `args` is the address of a packed "
+      "fp8gemm.protocol.MOE_ACTIVATION_ARGS");
+  m.def(
+      "moe_combine", [combine](uintptr_t args) { combine(read_wire<MoeCombineArgs>(args, "moe_combine")); },
+      "Enqueue fused_experts' combine: `args` is the address of a packed fp8gemm.protocol.MOE_COMBINE_ARGS");
+  m.def("moe_workspace_bytes", workspace_bytes, "Scratch bytes moe_route() needs for (tokens, top_k, experts)");
 }
 
 // The Linear-layer entry of an arch whose layer is its quantize, then its launch (fp8gemm/linear_steps.hpp): one

@@ -1,14 +1,16 @@
 // The mixture-of-experts step kernels every arch shares (docs/moe.md, "Steps"): the glue around the two grouped
-// GEMMs of fp8gemm.fused_experts' contiguous pipeline, as portable C++ for CUDA, HIP and the host.
+// GEMMs of fp8gemm.fused_experts' pipeline, as portable C++ for CUDA, HIP and the host; each step's entry and argument
+// struct are backend.hpp's.
 //
-//   route + quantize-scatter (kMoeRoute): topk_ids [T, k] -> offs int32 [E] (cumulative row ends), position int32
-//     [T, k] (each slot's row in expert order, stable: within an expert in flat slot order t * k + j; -1 for an id
-//     outside [0, E)), then each token's x row quantized once into its k rows (codes and scales of quantize_rows.cuh)
-//     by a scatter launch over every (token, K block). Slots are taken in chunks of whole tokens; with more than one
+//   route + quantize-scatter (moe_route, MoeRouteParams): topk_ids [T, k] -> offs int32 [E] (cumulative row ends),
+//     position int32 [T, k] (each slot's row in expert order, stable: within an expert in flat slot order t * k + j;
+//     -1 for an id outside [0, E)), then each token's x row quantized once into its k rows (codes and scales of
+//     quantize_rows.cuh) by a scatter launch over every (token, K block). Slots are taken in chunks of whole tokens; with more than one
 //     chunk a count launch first writes each chunk's per-expert counts to the workspace (no atomics: the same rows on
 //     every run).
-//   SiLU-and-mul + quantize (kMoeActivation): h fp32 [rows, 2I] -> silu(gate) * up quantized, rows >= offs[E-1] skipped.
-//   combine (kMoeCombine): out[t] = sum_j w[t, j] * y[position[t, j]] in fp32, j in order, -1 skipped.
+//   SiLU-and-mul + quantize (moe_activation, MoeActivationParams): h fp32 [rows, 2I] -> silu(gate) * up quantized,
+//     rows >= offs[E-1] skipped.
+//   combine (moe_combine, MoeCombineParams): out[t] = sum_j w[t, j] * y[position[t, j]] in fp32, j in order, -1 skipped.
 //
 // The arch's `Arch` struct is quantize_rows.cuh's (kFp8Max, group_max, load8, store8) plus
 //   static FP8GEMM_QFN void barrier();      // every thread of the block, shared memory visible after it
@@ -33,23 +35,37 @@ constexpr int kMoeMaxExperts = 4 * kMoeThreads;       // E: each thread scans 4 
 constexpr int kMoeChunkSlots = 1024;                  // slots of one route block (whole tokens: k <= 1024)
 constexpr int kMoeGroups = kMoeThreads / kQuantLanes;  // 16-lane groups per block
 
-struct MoeParams {
-  const uint8_t* ids;      // int32 or int64 [tokens, top_k]
-  const uint8_t* weights;  // bf16/fp16/fp32 [tokens, top_k]
-  const uint8_t* x;        // rows ldx_bytes apart
-  uint8_t* q;              // FP8 [rows, hidden] (route) or [rows, inter] (activation), contiguous
-  float* scale;            // MN-major: scale[kb * scale_ld + row]
-  int32_t* offs;           // [experts]
-  int32_t* position;       // [tokens, top_k]
-  const uint8_t* h;        // fp32 [rows, 2 inter], rows ldh_bytes apart
-  const uint8_t* y;        // bf16/fp32 [rows, hidden], rows ldy_bytes apart
-  uint8_t* out;            // [tokens, hidden] in_kind, rows ldo_bytes apart
-  int32_t* hist;           // workspace: int32 [chunks, experts]
-  int64_t tokens, top_k, experts, hidden, inter, rows;
-  int64_t ldx_bytes, ldh_bytes, ldy_bytes, ldo_bytes, scale_ld;
-  int64_t chunk_tokens, chunks;  // route: tokens per block, blocks
-  int id_kind, in_kind, weight_kind, y_kind, pow2;
-  int combine_cols, combine_blocks;  // combine: columns per item (moe_combine_cols), blocks per token
+// The kernels' view of each step's arguments (backend.hpp), made on the host by the functions below.
+struct MoeRouteParams {  // the count, route and scatter launches of moe_route
+  const uint8_t* ids;  // int32 or int64 [tokens, top_k]
+  const uint8_t* x;    // rows ldx_bytes apart
+  uint8_t* q;          // FP8 [tokens * top_k, hidden], contiguous
+  float* scale;        // MN-major: scale[kb * scale_ld + row]
+  int32_t* offs;       // [experts]
+  int32_t* position;   // [tokens, top_k]
+  int32_t* hist;       // workspace: int32 [chunks, experts]
+  int64_t tokens, top_k, experts, hidden, ldx_bytes, scale_ld;
+  int64_t chunk_tokens, chunks;  // tokens per route block, blocks
+  int id_kind, in_kind, pow2;
+};
+
+struct MoeActivationParams {
+  const uint8_t* h;      // fp32 [rows, 2 inter], rows ldh_bytes apart
+  uint8_t* q;            // FP8 [rows, inter], contiguous
+  float* scale;          // MN-major: scale[kb * scale_ld + row]
+  const int32_t* offs;   // [experts]: offs[experts - 1] rows to compute
+  int64_t experts, inter, rows, ldh_bytes, scale_ld;
+  int pow2;
+};
+
+struct MoeCombineParams {
+  const uint8_t* weights;   // bf16/fp16/fp32 [tokens, top_k]
+  const int32_t* position;  // [tokens, top_k]
+  const uint8_t* y;         // bf16/fp32 [rows, hidden], rows ldy_bytes apart
+  uint8_t* out;             // [tokens, hidden] out_kind, rows ldo_bytes apart
+  int64_t tokens, top_k, hidden, rows, ldy_bytes, ldo_bytes;
+  int out_kind, weight_kind, y_kind;
+  int combine_cols, combine_blocks;  // columns per item (moe_combine_cols), blocks per token
 };
 
 FP8GEMM_MOE_HDFN int64_t moe_in_bytes(int kind) { return kind == kInFP32 ? 4 : 2; }
@@ -77,31 +93,47 @@ FP8GEMM_MOE_HDFN int64_t moe_route_workspace_bytes(int64_t tokens, int64_t top_k
   return chunks > 1 ? chunks * experts * 4 : 0;
 }
 
-// The kernels' view of one MoeArgs (host side).
-inline MoeParams moe_params(const MoeArgs& a) {
-  MoeParams p{};
+inline MoeRouteParams moe_route_params(const MoeRouteArgs& a) {  // host side
+  MoeRouteParams p{};
   p.ids = reinterpret_cast<const uint8_t*>(a.ids);
-  p.weights = reinterpret_cast<const uint8_t*>(a.weights);
   p.x = reinterpret_cast<const uint8_t*>(a.x);
   p.q = reinterpret_cast<uint8_t*>(a.q);
   p.scale = reinterpret_cast<float*>(a.scale);
   p.offs = reinterpret_cast<int32_t*>(a.offs);
   p.position = reinterpret_cast<int32_t*>(a.position);
-  p.h = reinterpret_cast<const uint8_t*>(a.h);
-  p.y = reinterpret_cast<const uint8_t*>(a.y);
-  p.out = reinterpret_cast<uint8_t*>(a.out);
   p.hist = reinterpret_cast<int32_t*>(a.workspace);
-  p.tokens = a.tokens, p.top_k = a.top_k, p.experts = a.experts, p.hidden = a.hidden, p.inter = a.inter;
-  p.rows = a.rows;
+  p.tokens = a.tokens, p.top_k = a.top_k, p.experts = a.experts, p.hidden = a.hidden;
   p.ldx_bytes = a.ldx * moe_in_bytes(a.in_kind);
-  p.ldh_bytes = a.ldh * 4;
-  p.ldy_bytes = a.ldy * (a.y_kind == kOutFP32 ? 4 : 2);
-  p.ldo_bytes = a.ldo * moe_in_bytes(a.in_kind);
   p.scale_ld = a.scale_ld;
   p.chunk_tokens = moe_chunk_tokens(a.top_k > 0 ? a.top_k : 1);
   p.chunks = a.top_k > 0 ? moe_chunks(a.tokens, a.top_k) : 0;
-  p.id_kind = a.id_kind, p.in_kind = a.in_kind, p.weight_kind = a.weight_kind, p.y_kind = a.y_kind;
+  p.id_kind = a.id_kind, p.in_kind = a.in_kind, p.pow2 = a.pow2;
+  return p;
+}
+
+inline MoeActivationParams moe_activation_params(const MoeActivationArgs& a) {  // host side
+  MoeActivationParams p{};
+  p.h = reinterpret_cast<const uint8_t*>(a.h);
+  p.q = reinterpret_cast<uint8_t*>(a.q);
+  p.scale = reinterpret_cast<float*>(a.scale);
+  p.offs = reinterpret_cast<const int32_t*>(a.offs);
+  p.experts = a.experts, p.inter = a.inter, p.rows = a.rows;
+  p.ldh_bytes = a.ldh * 4;
+  p.scale_ld = a.scale_ld;
   p.pow2 = a.pow2;
+  return p;
+}
+
+inline MoeCombineParams moe_combine_params(const MoeCombineArgs& a) {  // host side
+  MoeCombineParams p{};
+  p.weights = reinterpret_cast<const uint8_t*>(a.weights);
+  p.position = reinterpret_cast<const int32_t*>(a.position);
+  p.y = reinterpret_cast<const uint8_t*>(a.y);
+  p.out = reinterpret_cast<uint8_t*>(a.out);
+  p.tokens = a.tokens, p.top_k = a.top_k, p.hidden = a.hidden, p.rows = a.rows;
+  p.ldy_bytes = a.ldy * (a.y_kind == kOutFP32 ? 4 : 2);
+  p.ldo_bytes = a.ldo * moe_in_bytes(a.out_kind);
+  p.out_kind = a.out_kind, p.weight_kind = a.weight_kind, p.y_kind = a.y_kind;
   p.combine_cols = moe_combine_cols(a.tokens);
   p.combine_blocks = static_cast<int>(moe_combine_blocks(a.tokens, a.hidden));
   return p;
@@ -168,7 +200,7 @@ struct MoeRouteShared {
   int32_t scan[2][kMoeThreads];
 };
 
-FP8GEMM_QFN int32_t moe_expert(const MoeParams& p, int64_t slot) {  // ids outside [0, E) become E
+FP8GEMM_QFN int32_t moe_expert(const MoeRouteParams& p, int64_t slot) {  // ids outside [0, E) become E
   const int64_t id = p.id_kind == 1 ? reinterpret_cast<const int64_t*>(p.ids)[slot]
                                     : static_cast<int64_t>(reinterpret_cast<const int32_t*>(p.ids)[slot]);
   return (id >= 0 && id < p.experts) ? static_cast<int32_t>(id) : static_cast<int32_t>(p.experts);
@@ -176,7 +208,7 @@ FP8GEMM_QFN int32_t moe_expert(const MoeParams& p, int64_t slot) {  // ids outsi
 
 // Loads the chunk's ids into shared memory; returns its slot count.
 template <class Arch>
-FP8GEMM_QFN int moe_load_chunk(const MoeParams& p, int64_t chunk, int tid, MoeRouteShared& s) {
+FP8GEMM_QFN int moe_load_chunk(const MoeRouteParams& p, int64_t chunk, int tid, MoeRouteShared& s) {
   const int64_t first = chunk * p.chunk_tokens * p.top_k, slots = p.tokens * p.top_k;
   const int n = static_cast<int>(slots - first < p.chunk_tokens * p.top_k ? slots - first : p.chunk_tokens * p.top_k);
   for (int i = tid; i < n; i += kMoeThreads) s.ids[i] = moe_expert(p, first + i);
@@ -192,14 +224,14 @@ FP8GEMM_QFN int32_t moe_count(const MoeRouteShared& s, int n, int32_t e) {
 
 // The count launch (more than one chunk): hist[chunk][e] = the chunk's slots on expert e.
 template <class Arch>
-FP8GEMM_QFN void moe_count_chunk(const MoeParams& p, int64_t chunk, int tid, MoeRouteShared& s) {
+FP8GEMM_QFN void moe_count_chunk(const MoeRouteParams& p, int64_t chunk, int tid, MoeRouteShared& s) {
   const int n = moe_load_chunk<Arch>(p, chunk, tid, s);
   for (int e = tid; e < p.experts; e += kMoeThreads) p.hist[chunk * p.experts + e] = moe_count(s, n, e);
 }
 
 // s.start[e] = sum of s.count[e'] for e' < e (E <= kMoeMaxExperts: 4 consecutive experts per thread).
 template <class Arch>
-FP8GEMM_QFN void moe_exclusive_scan(const MoeParams& p, int tid, MoeRouteShared& s) {
+FP8GEMM_QFN void moe_exclusive_scan(const MoeRouteParams& p, int tid, MoeRouteShared& s) {
   int32_t local[4], sum = 0;
   for (int i = 0; i < 4; ++i) {
     const int e = 4 * tid + i;
@@ -222,7 +254,7 @@ FP8GEMM_QFN void moe_exclusive_scan(const MoeParams& p, int tid, MoeRouteShared&
 
 // The route launch, one block per chunk: offs (block 0) and the chunk's positions.
 template <class Arch>
-FP8GEMM_QFN void moe_route_chunk(const MoeParams& p, int64_t chunk, int tid, MoeRouteShared& s) {
+FP8GEMM_QFN void moe_route_chunk(const MoeRouteParams& p, int64_t chunk, int tid, MoeRouteShared& s) {
   const int n = moe_load_chunk<Arch>(p, chunk, tid, s);
   int32_t earlier[4] = {0, 0, 0, 0};  // this chunk's first row within each of the thread's experts
   for (int i = 0; i < 4; ++i) {
@@ -267,7 +299,7 @@ FP8GEMM_MOE_HDFN int64_t moe_scatter_blocks(int64_t tokens, int64_t hidden) {
 // One lane's share of item (token t, K block kb): the block quantized once, its codes and scale into each of the
 // token's rows. All 16 lanes of a group call it (group_max).
 template <class Arch>
-FP8GEMM_QFN void moe_scatter_group(const MoeParams& p, int64_t item, int lane) {
+FP8GEMM_QFN void moe_scatter_group(const MoeRouteParams& p, int64_t item, int lane) {
   const int64_t kbs = p.hidden / kQuantBlock, t = item / kbs, kb = item % kbs;
   const int64_t col = kb * kQuantBlock + lane * kQuantElems;
   float v[kQuantElems];
@@ -286,14 +318,14 @@ FP8GEMM_QFN void moe_scatter_group(const MoeParams& p, int64_t item, int lane) {
 // --- SiLU and mul, quantize ------------------------------------------------------------------------------------
 
 // Rows the activation step computes: the experts' rows (offs[E-1], read on the device), within [0, rows].
-FP8GEMM_QFN int64_t moe_active_rows(const MoeParams& p) {
+FP8GEMM_QFN int64_t moe_active_rows(const MoeActivationParams& p) {
   const int64_t end = p.offs[p.experts - 1];
   return end < 0 ? 0 : (end > p.rows ? p.rows : end);
 }
 
 // One lane's share of block (row, kb): silu(gate) * up as torch computes it in fp32, then quantize_group's numerics.
 template <class Arch>
-FP8GEMM_QFN void moe_activation_group(const MoeParams& p, int64_t row, int64_t kb, int lane) {
+FP8GEMM_QFN void moe_activation_group(const MoeActivationParams& p, int64_t row, int64_t kb, int lane) {
   const int64_t col = kb * kQuantBlock + lane * kQuantElems;
   const uint8_t* h = p.h + row * p.ldh_bytes;
   float v[kQuantElems], up[kQuantElems];
@@ -330,7 +362,7 @@ FP8GEMM_QFN float load_float_of(const uint8_t* base, int64_t i) {  // one elemen
 // weights, loaded ahead of the sums and unconditionally (a slot that selects nothing reads row 0 and the token's last
 // weight, and adds nothing), so the compiled code issues the rows' loads together.
 template <int kCols, int kOut, int kY, int kWeight>
-FP8GEMM_QFN void moe_combine_kinds(const MoeParams& p, int64_t t, int64_t col) {
+FP8GEMM_QFN void moe_combine_kinds(const MoeCombineParams& p, int64_t t, int64_t col) {
   constexpr int kYWords = kY == kOutFP32 ? kCols : kCols / 2;
   constexpr int kOutWords = kOut == kInFP32 ? kCols : kCols / 2;
   // 32-bit indices where they fit (rows < 2^31, a row's bytes < 2^32): fewer instructions to fetch.
@@ -377,14 +409,14 @@ FP8GEMM_QFN void moe_combine_kinds(const MoeParams& p, int64_t t, int64_t col) {
 }
 
 template <int kCols, int kOut, int kY>
-FP8GEMM_QFN void moe_combine_weight_kind(const MoeParams& p, int64_t t, int64_t col) {
+FP8GEMM_QFN void moe_combine_weight_kind(const MoeCombineParams& p, int64_t t, int64_t col) {
   if (p.weight_kind == kInFP32) moe_combine_kinds<kCols, kOut, kY, kInFP32>(p, t, col);
   else if (p.weight_kind == kInBF16) moe_combine_kinds<kCols, kOut, kY, kInBF16>(p, t, col);
   else moe_combine_kinds<kCols, kOut, kY, kInFP16>(p, t, col);
 }
 
 template <int kCols, int kOut>
-FP8GEMM_QFN void moe_combine_y_kind(const MoeParams& p, int64_t t, int64_t col) {
+FP8GEMM_QFN void moe_combine_y_kind(const MoeCombineParams& p, int64_t t, int64_t col) {
   if (p.y_kind == kOutFP32) moe_combine_weight_kind<kCols, kOut, kOutFP32>(p, t, col);
   else moe_combine_weight_kind<kCols, kOut, kOutBF16>(p, t, col);
 }
@@ -392,14 +424,14 @@ FP8GEMM_QFN void moe_combine_y_kind(const MoeParams& p, int64_t t, int64_t col) 
 // Columns [col, col + kCols) of token t: sum over j in order of w[t, j] * y[position[t, j]] (fused multiply-adds in
 // fp32). A kernel of one body (CUDA's) has fewer instructions to fetch than one that picks it at run time.
 template <int kCols>
-FP8GEMM_QFN void moe_combine_body(const MoeParams& p, int64_t t, int64_t col) {
-  if (p.in_kind == kInFP32) moe_combine_y_kind<kCols, kInFP32>(p, t, col);
-  else if (p.in_kind == kInBF16) moe_combine_y_kind<kCols, kInBF16>(p, t, col);
+FP8GEMM_QFN void moe_combine_body(const MoeCombineParams& p, int64_t t, int64_t col) {
+  if (p.out_kind == kInFP32) moe_combine_y_kind<kCols, kInFP32>(p, t, col);
+  else if (p.out_kind == kInBF16) moe_combine_y_kind<kCols, kInBF16>(p, t, col);
   else moe_combine_y_kind<kCols, kInFP16>(p, t, col);
 }
 
 // Columns [col, col + p.combine_cols) of token t, the body picked at run time.
-FP8GEMM_QFN void moe_combine_item(const MoeParams& p, int64_t t, int64_t col) {
+FP8GEMM_QFN void moe_combine_item(const MoeCombineParams& p, int64_t t, int64_t col) {
   if (p.combine_cols == 4) moe_combine_body<4>(p, t, col);
   else moe_combine_body<8>(p, t, col);
 }
