@@ -7,6 +7,7 @@ The grouped GEMMs are the same in both. docs/moe.md, "Steps".
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import NamedTuple
 
 import torch
@@ -45,26 +46,28 @@ class Routed(NamedTuple):
     weights: torch.Tensor  # [T, k]: the routing weights finalize applies
 
 
-class MoeSteps:
-    """One implementation of the seam for one plan. Subclasses give prepare, activation, finalize and buffer."""
+class MoeSteps(ABC):
+    """One implementation of the seam for one plan: prepare, activation, finalize and buffer; experts and run are
+    shared."""
 
     def __init__(self, plan: MoePlan):
         self.plan = plan
 
+    @abstractmethod
     def prepare(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> Routed:
-        raise NotImplementedError
+        """The slots' rows sorted by expert, x quantized into them."""
 
+    @abstractmethod
     def activation(self, h: torch.Tensor, offs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """silu(gate) * up of the fp32 gate/up product [rows, 2I], quantized: (FP8 [rows, I], scales)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def finalize(self, y: torch.Tensor, routed: Routed) -> torch.Tensor:
         """``out[t] = sum_j weights[t, j] * y[position[t, j]]`` in x's dtype."""
-        raise NotImplementedError
 
+    @abstractmethod
     def buffer(self, rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A GEMM output of ``rows`` sorted rows; what the rows past offs[-1] must hold is the implementation's."""
-        raise NotImplementedError
 
     def experts(self, routed: Routed, w13, w13_scale, w2, w2_scale) -> torch.Tensor:
         """The two grouped GEMMs around the activation: the down projection of each sorted row, [T * k, H]."""
