@@ -68,7 +68,7 @@ void define_grouped_entry(pybind11::module_& m, Grouped grouped, WorkspaceBytes 
         "Scratch bytes grouped_launch() needs for (layout, m, n, k, groups) on the current device");
 }
 
-// The optional mixture-of-experts step entries (fp8gemm.protocol.MoeRouteFn, MoeActivationFn, MoeCombineFn;
+// The optional mixture-of-experts step entries (each a fp8gemm.protocol.MoeStepFn;
 // fp8gemm/moe_steps.cuh): one per step kernel, each reading its own struct.
 template <class Route, class Activation, class Combine, class WorkspaceBytes>
 void define_moe_entry(pybind11::module_& m, Route route, Activation activation, Combine combine,
