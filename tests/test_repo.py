@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -91,3 +92,34 @@ def test_result_files_are_named_by_gpu_date_and_subject_and_cited():
         gpu, date, subject = re.fullmatch(r"([a-z0-9]+)_(\d{4}-\d\d-\d\d)_([a-z0-9_]+)\.\w+", path.name).groups()
         assert gpu in {"h100", "h200", "mi300x", "rtx5090"} and all(len(word) > 1 for word in subject.split("_"))
         assert f"bench/results/{path.name}" in cited, f"{path.name} is cited nowhere: delete it or cite it"
+
+
+PRODUCT_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# Words of the lab, not the product: where a script ran, how many times, against which goal.
+LAB_WORDS = re.compile(
+    r"GPU machine|this session|\bissue \d+|\b(?:two|three|four|five|six|\d+) runs\b|\bnot met\b|\btargets? (?:met|[<>]=?)",
+    re.IGNORECASE,
+)
+
+
+def test_the_docs_describe_the_product_not_the_lab():
+    """README and docs say what fp8gemm does, how fast and how it was measured: no run counts, goals or machines."""
+    found = [
+        f"{doc.relative_to(ROOT)}:{number}: {match.group(0)!r}"
+        for doc in PRODUCT_DOCS
+        for number, line in enumerate(doc.read_text().splitlines(), 1)
+        for match in [LAB_WORDS.search(line)]
+        if match
+    ]
+    assert found == []
+
+
+def test_the_gpu_script_has_the_documented_steps():
+    """ci/gpu/run.sh refuses a step it does not have, and docs/benchmarks.md documents each of its steps."""
+    script, doc = (ROOT / "ci/gpu/run.sh").read_text(), (ROOT / "docs/benchmarks.md").read_text()
+    steps = re.search(r'^STEPS=" (.*) "$', script, re.M).group(1).split()
+    assert {"build", "tests", "sanitize", "bench-layer", "bench-moe", "models", "ab"} <= set(steps)
+    documented = re.findall(r"^\| `([a-z-]+)` \|", doc.split("## Running it on a GPU", 1)[1], re.M)
+    assert documented == steps
+    run = subprocess.run(["bash", "ci/gpu/run.sh", "no-such-step"], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 2 and "unknown step 'no-such-step'" in run.stderr
