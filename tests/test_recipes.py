@@ -6,6 +6,7 @@ depend on it say so in their names."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,21 @@ def test_every_recipe_renders_every_variant_and_passes_the_checks(rendered):
         assert {(r.variant["python"], r.variant["cuda_compiler_version"]) for r in rendered[cuda]} == {
             (p, c) for p in ("3.10", "3.11", "3.12", "3.13") for c in ("12.8", "12.9", "13.0")
         }
+
+
+def test_arch_recipes_are_their_platforms_templates_filled_in_from_each_package(tmp_path):
+    """recipes/<arch package>/ holds recipes/templates/<platform>.* with the package's arch.toml and pyproject.toml
+    values: the committed files are that rendering (a hand edit is caught), each with its own package's values."""
+    assert render_recipes.template_errors() == []
+    for a in arches.arches():
+        recipe = render_recipes.arch_recipe_files(a)[render_recipes.RECIPES / a.package / "recipe.yaml"]
+        assert f'"{a.gate_version}"' in recipe and f"b.name == '{a.backend}'" in recipe and "@{" not in recipe
+        assert recipe.count(a.package) == 6 and recipe.count(a.module) == 4, recipe  # header, name, source, tests
+    copy = shutil.copytree(render_recipes.RECIPES, tmp_path / "recipes")
+    edited = copy / "fp8gemm-cuda-sm120" / "recipe.yaml"
+    edited.write_text(edited.read_text().replace('cuda_arch: "12.0"', 'cuda_arch: "12.1"'))
+    (error,) = render_recipes.template_errors(copy)
+    assert error.startswith("recipes/fp8gemm-cuda-sm120/recipe.yaml is not its template's rendering")
 
 
 def test_every_arch_package_has_a_recipe_and_a_manifest(rendered):
