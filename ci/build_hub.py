@@ -39,7 +39,7 @@ CORE = ROOT / "packages" / "fp8gemm-core" / "src" / "fp8gemm"
 HUB = ROOT / "ci" / "hub"  # the Torch binding and op adapter of kernel-builder builds
 NAME = "fp8gemm"
 KERNEL_VERSION = 1  # the Hub's major version: bump on any API change (kernels' kernel-requirements.md)
-LEFT_OUT = ("cli*.py", "__main__.py")  # the CLI needs rich, which a Hub kernel may not import
+LEFT_OUT = ("cli*.py", "__main__.py")  # the `fp8gemm` command: a Hub kernel is imported, never run as a command
 LIBRARY_LINE = re.compile(r'^LIBRARY = "fp8gemm"', re.M)
 GROUP_LINE = re.compile(r'^ENTRY_POINT_GROUP = "fp8gemm\.backends"', re.M)
 # Spellings that would bypass the renamed namespace or reach the installed core instead of this copy.
@@ -277,21 +277,27 @@ def platform_of(wheel: Path) -> str:
 
 
 def arch_build(a: arches.Arch) -> dict:
-    """What an arch package's CMakeLists.txt gives fp8gemm_arch_module() (cmake/fp8gemm_arch_module.cmake): its
-    sources, targets and arch flags, and the sources that set_source_files_properties() gives options of their own."""
+    """What an arch package's CMakeLists.txt gives the core's fp8gemm_cuda_arch_module() or fp8gemm_hip_arch_module()
+    (cmake/fp8gemm_arch_module.cmake): its sources, and the targets and arch flags those derive from its CUDA_ARCH or
+    OFFLOAD_ARCH; and the sources that set_source_files_properties() gives options of their own."""
     text = (ROOT / "packages" / a.package / "CMakeLists.txt").read_text()
-    call = re.search(r"^fp8gemm_arch_module\((.*?)\)\s*$", text, re.M | re.S).group(1)
+    call = re.search(r"^fp8gemm_(?:cuda|hip)_arch_module\((.*?)\)\s*$", text, re.M | re.S).group(1)
     args: dict[str, list[str]] = {}
-    for line in call.splitlines():
-        words = line.split()
-        if words and words[0].isupper():
-            args[words[0]] = words[1:]
+    for word in call.split():  # KEYWORD value ... KEYWORD value ...
+        if re.fullmatch(r"[A-Z_]+", word):
+            key, args[word] = word, []
+        else:
+            args[key].append(word)
     cached = dict(re.findall(r'^set\((FP8GEMM_\w+) "([^"]*)" CACHE', text, re.M))
     value = lambda key: re.sub(r"\$\{(\w+)\}", lambda m: cached.get(m.group(1), ""), " ".join(args[key]).strip('"'))  # noqa: E731
     own = {src: opts for src, opts in re.findall(r'set_source_files_properties\((\S+) PROPERTIES COMPILE_OPTIONS "([^"]+)"\)', text)}  # fmt: skip
-    device = [w for w in args.get("CUDA_SOURCES", [])]
-    return {"targets": value("TARGETS"), "arch_flags": value("ARCH_FLAGS"), "sources": args["SOURCES"],
-            "device": device, "own_options": own}  # fmt: skip
+    if "CUDA_ARCH" in args:
+        cc = value("CUDA_ARCH")
+        targets, flags = f"sm_{cc}", f"-gencode arch=compute_{cc},code=sm_{cc}"
+    else:
+        targets, flags = value("OFFLOAD_ARCH").split(":")[0], f"--offload-arch={value('OFFLOAD_ARCH')}"
+    return {"targets": targets, "arch_flags": flags, "sources": args["SOURCES"],
+            "device": args.get("CUDA_SOURCES", args.get("HIP_SOURCES", [])), "own_options": own}  # fmt: skip
 
 
 def arch_header(a: arches.Arch, facts: dict) -> str:

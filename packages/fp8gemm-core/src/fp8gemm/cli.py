@@ -166,14 +166,14 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _add_command(sub, name: str, common: argparse.ArgumentParser) -> None:
-    """The command ``name`` of the ``fp8gemm.commands`` entry points, or one that says how to install it."""
-    found = [ep for ep in importlib.metadata.entry_points(group=COMMAND_GROUP) if ep.name == name]
+def _add_command(sub, common: argparse.ArgumentParser, name: str, ep: importlib.metadata.EntryPoint | None) -> None:
+    """The command ``name`` from its entry point ``ep``, or one that says how to install it (``ep`` None) or why its
+    package does not load."""
     help_text, install = ADDED_COMMANDS.get(name, ("", f"the package that adds `fp8gemm {name}` is not installed"))
     try:
-        command = found[0].load() if found else None
-    except Exception as exc:  # a broken package must not take `fp8gemm info` down with it
-        install = f"the package that adds `fp8gemm {name}` ({found[0].value}) fails to load: {error_message(exc)}"
+        command = ep.load() if ep else None
+    except Exception as exc:  # a broken package must not take the other commands down with it
+        install = f"the package that adds `fp8gemm {name}` ({ep.value}) fails to load: {error_message(exc)}"
         command = None
     if command is None:
         sub.add_parser(name, add_help=False, help=f"{help_text} [not installed]").set_defaults(missing=install)
@@ -212,11 +212,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check)
 
     if command not in ("info", "check"):
-        names = dict.fromkeys(
-            [*ADDED_COMMANDS, *(ep.name for ep in importlib.metadata.entry_points(group=COMMAND_GROUP))]
-        )
-        for name in names:
-            _add_command(sub, name, common)
+        found = {ep.name: ep for ep in importlib.metadata.entry_points(group=COMMAND_GROUP)}
+        for name in dict.fromkeys([*ADDED_COMMANDS, *found]):
+            _add_command(sub, common, name, found.get(name))
     return parser
 
 
