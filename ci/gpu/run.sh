@@ -149,7 +149,8 @@ hub() {  # kernel-builder's CMake project from ci/build_hub.py's tree, built, th
   local tree=/tmp/fp8gemm-hub-builder arches=${HUB_ARCHES:-}
   [ -n "$arches" ] || arches=$(shipped_backends)
   rm -rf "$tree"
-  python3 ci/build_hub.py --out "$tree" --builder-backends cuda --builder-arches $arches > "$OUT/hub.txt" 2>&1 || return 1
+  python3 ci/build_hub.py --out "$tree" --builder-backends cuda --builder-arches $arches > "$OUT/hub.txt" 2>&1 \
+    || return 1
   if command -v kernel-builder >/dev/null; then
     kernel-builder create-pyproject "$tree" --force --unique-id gpu >> "$OUT/hub.txt" 2>&1
   else
@@ -166,13 +167,14 @@ hub() {  # kernel-builder's CMake project from ci/build_hub.py's tree, built, th
 }
 
 ab() {  # AB_OLD: a copy of packages/<package> before the change, e.g. made with
-  # mkdir -p build/ab-old && git archive main packages/<package> | tar -x -C build/ab-old   (build/ is git-ignored)
+  # mkdir -p build/ab-old && git archive main LICENSE packages/<package> | tar -x -C build/ab-old  (build/: git-ignored)
   if [ -z "${AB_OLD:-}" ] || [ ! -f "$AB_OLD/pyproject.toml" ]; then
     echo "ab: set AB_OLD to a copy of the arch package before the change (a folder with its pyproject.toml)"; return 2
   fi
   local new dir=/tmp/ab; new=packages/$(basename "$AB_OLD")
   rm -rf "$dir"; mkdir -p "$dir"
-  python3 -m pip install -q --no-deps --no-build-isolation --target "$dir/old" "$AB_OLD" > "$OUT/ab_build_old.log" 2>&1 &
+  python3 -m pip install -q --no-deps --no-build-isolation --target "$dir/old" "$AB_OLD" \
+    > "$OUT/ab_build_old.log" 2>&1 &
   local old_pid=$!
   python3 -m pip install -q --no-deps --no-build-isolation --target "$dir/new" "$new" > "$OUT/ab_build_new.log" 2>&1 \
     || { tail -40 "$OUT/ab_build_new.log"; return 1; }
@@ -191,6 +193,9 @@ for step in "$@"; do
     hub_layout > "$OUT/hub_layout.log" 2>&1 & hub_pid=$!
   fi
   echo "== $step"
+  if [ "$step" != build ] && [ "$step" != peers ] && ! python3 -c "import fp8gemm" 2>/dev/null; then
+    echo "run.sh: fp8gemm is not installed here: run the build step first (bash ci/gpu/run.sh build $step)"; exit 1
+  fi
   case $step in
     build) build || { echo "build failed: the other steps need it"; exit 1; } ;;
     peers) wait "$peers_pid" || failed+=(peers) ;;

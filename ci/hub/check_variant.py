@@ -46,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     core = kernel.fp8gemm
     from importlib import import_module
 
-    conformance = import_module(f"{core.__name__}.conformance")
-    grouped = import_module(f"{core.__name__}.conformance_grouped")
-    layer = import_module(f"{core.__name__}.conformance_layer")
+    conformance = import_module(f"{core.__name__}.testing.conformance")
+    grouped = import_module(f"{core.__name__}.testing.conformance_grouped")
+    layer = import_module(f"{core.__name__}.testing.conformance_layer")
     registry = import_module(f"{core.__name__}.registry")
     ops = import_module(f"{core.__name__}.ops")
     import torch
