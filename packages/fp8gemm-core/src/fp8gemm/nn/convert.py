@@ -11,6 +11,14 @@ import torch
 from torch import nn
 
 from .experts import Fp8Experts, check_experts_shape
+from .from_transformers import (
+    fp8_experts_swap_reason,
+    fp8_linear_reason,
+    is_silu,
+    swap_fp8_experts,
+    swap_fp8_linear,
+    transformers_fp8_kind,
+)
 from .layer import Fp8Linear, check_linear_shape
 
 SkipRule = Iterable[str] | Callable[[str, nn.Module], bool]
@@ -63,10 +71,10 @@ def _parameter_owners(model: nn.Module) -> dict[int, dict[int, str]]:
     return owners
 
 
-def _reason_to_keep(name: str, linear: nn.Module, skipped_by, owners) -> str | None:
+def _linear_reason(linear: nn.Module, owners) -> str | None:
     if type(linear) is not nn.Linear:  # e.g. MultiheadAttention's out_proj, whose owner reads .weight directly
         return f"{type(linear).__name__} is a subclass of nn.Linear; only plain nn.Linear is converted"
-    reason = skipped_by(name, linear) or check_linear_shape(linear.in_features, linear.out_features)
+    reason = check_linear_shape(linear.in_features, linear.out_features)
     if reason:
         return reason
     if linear.weight.dtype not in (torch.bfloat16, torch.float16, torch.float32):
@@ -85,15 +93,8 @@ def is_fused_experts(module: nn.Module) -> bool:
     return isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor) and gate_up.dim() == down.dim() == 3
 
 
-def _is_silu(act) -> bool:
-    return isinstance(act, nn.SiLU) or type(act).__name__ == "SiLUActivation" or act is torch.nn.functional.silu
-
-
-def _experts_reason(name: str, experts: nn.Module, skipped_by) -> str | None:
+def _experts_reason(experts: nn.Module) -> str | None:
     """Why ``fused_experts`` cannot run these experts as the model defines them, or None."""
-    reason = skipped_by(name, experts)
-    if reason:
-        return reason
     if getattr(experts, "is_transposed", False):
         return "weights stored transposed (gate_up_proj [E, H, 2I]); fp8gemm takes [E, 2I, H]"
     if getattr(experts, "has_bias", False) or getattr(experts, "gate_up_proj_bias", None) is not None:
@@ -104,7 +105,7 @@ def _experts_reason(name: str, experts: nn.Module, skipped_by) -> str | None:
     if gate_fn is not None and getattr(gate_fn, "__name__", "") != "_default_apply_gate":
         return f"{type(experts).__name__} defines its own gating (_apply_gate); fp8gemm runs silu(gate) * up"
     act = getattr(experts, "act_fn", None)
-    if not _is_silu(act):
+    if not is_silu(act):
         return f"activation {type(act).__name__} is not SiLU; fp8gemm.fused_experts runs silu(gate) * up"
     (e, two_i, h), down = experts.gate_up_proj.shape, tuple(experts.down_proj.shape)
     if two_i % 2 or down != (e, h, two_i // 2):
@@ -116,6 +117,40 @@ def _experts_reason(name: str, experts: nn.Module, skipped_by) -> str | None:
     if not dtypes <= {torch.bfloat16, torch.float16, torch.float32}:
         return f"weight dtypes {sorted(map(str, dtypes))} are not bfloat16/float16/float32"
     return None
+
+
+def _kind(module) -> str | None:
+    """What ``convert`` replaces ``module`` with: transformers' FP8 modules (``"linear"``, ``"experts"``: swapped
+    onto the same weights), ``"fused experts"`` and ``"nn.Linear"`` (quantized), or None."""
+    if module is None:
+        return None
+    kind = transformers_fp8_kind(module)
+    if kind is not None:
+        return kind
+    if is_fused_experts(module):
+        return "fused experts"
+    return "nn.Linear" if isinstance(module, nn.Linear) else None
+
+
+def _reason_to_keep(kind: str, module, owners) -> str | None:
+    if kind == "linear":
+        return fp8_linear_reason(module)
+    if kind == "experts":
+        return fp8_experts_swap_reason(module)
+    if kind == "fused experts":
+        return _experts_reason(module)
+    return _linear_reason(module, owners)
+
+
+def _replacement(kind: str, module, fp8_dtype, pow2_scales: bool) -> Fp8Linear | Fp8Experts:
+    if kind == "linear":
+        return swap_fp8_linear(module, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)
+    if kind == "experts":
+        return swap_fp8_experts(module, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)
+    if kind == "fused experts":
+        return Fp8Experts.from_weights(module.gate_up_proj, module.down_proj, fp8_dtype=fp8_dtype,
+                                       pow2_scales=pow2_scales)  # fmt: skip
+    return Fp8Linear.from_linear(module, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)
 
 
 def convert(
@@ -130,6 +165,11 @@ def convert(
 
     Experts are eligible with SiLU-gated [gate; up] weights, no bias, H and I multiples of 128 and float weights;
     the model's own MoE block then calls the ``Fp8Experts`` with its routing, unchanged.
+
+    A transformers FP8 model (``FineGrainedFP8Config``, or an FP8 checkpoint it loads) has its ``FP8Linear`` and
+    ``FP8Experts`` swapped for ``Fp8Linear`` and ``Fp8Experts`` holding the same FP8 weights and scales: nothing is
+    quantized again, and the outputs are those of transformers' FP8 route on ``fp8gemm.hf``, without transformers'
+    per-call Python (docs/transformers.md). Static activation scales, other block sizes and FP4 weights stay.
 
     Eligible: a plain ``nn.Linear`` (not a subclass) with in_features % 128 == 0, out_features % 16
     == 0 and an untied bf16/fp16/fp32 weight, whose qualified name ``skip`` does not match. ``skip``
@@ -150,26 +190,19 @@ def convert(
     kept: dict[int, str] = {}
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent._modules.items()):  # named_children() hides a second name
-            experts = child is not None and is_fused_experts(child)
-            if not experts and not isinstance(child, nn.Linear):
+            kind = _kind(child)
+            if kind is None:
                 continue
             name = f"{parent_name}.{child_name}" if parent_name else child_name
             if id(child) in kept:
                 report.skipped[name] = kept[id(child)]
                 continue
             if id(child) not in done:
-                if experts:
-                    reason = _experts_reason(name, child, skipped_by)
-                else:
-                    reason = _reason_to_keep(name, child, skipped_by, owners)
+                reason = skipped_by(name, child) or _reason_to_keep(kind, child, owners)
                 if reason:
                     report.skipped[name] = kept[id(child)] = reason
                     continue
-                if experts:
-                    done[id(child)] = Fp8Experts.from_weights(child.gate_up_proj, child.down_proj,
-                                                              fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)  # fmt: skip
-                else:
-                    done[id(child)] = Fp8Linear.from_linear(child, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)
+                done[id(child)] = _replacement(kind, child, fp8_dtype, pow2_scales)
             setattr(parent, child_name, done[id(child)])
             report.converted.append(name)
     if any(next(iter(layer.buffers())).device.type == "cpu" for layer in done.values()):

@@ -6,10 +6,9 @@ import torch
 from torch import nn
 
 from ..moe import ACTIVATIONS, fused_experts
-from ..ops import prepare_weight_scale
 from ..quantize import quantize_weight
 from ..reference import BLOCK, FP8_DTYPES
-from .layer import required_fp8_dtype, resolve_fp8_dtype, to_fp8_dtype
+from .layer import prepared_scale, required_fp8_dtype, resolve_fp8_dtype, to_fp8_dtype
 
 _SOURCE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 PROJECTIONS = ("gate_proj", "up_proj", "down_proj")  # the per-expert names of checkpoints
@@ -26,16 +25,6 @@ def check_experts_shape(num_experts: int, hidden_size: int, intermediate_size: i
     if intermediate_size <= 0 or intermediate_size % BLOCK:
         return f"intermediate size (I = {intermediate_size}) is not a positive multiple of {BLOCK}"
     return None
-
-
-def _prepared(scale: torch.Tensor) -> torch.Tensor:
-    """A [E, rows, cols] weight scale in the layout the backend for its device reads (unchanged where none)."""
-    if scale.device.type == "meta":
-        return scale
-    try:
-        return prepare_weight_scale(scale)
-    except RuntimeError:  # no backend for this GPU: forward() names the package to install
-        return scale
 
 
 def quantize_experts(w: torch.Tensor, fp8_dtype: torch.dtype, pow2_scales: bool = False):
@@ -72,9 +61,9 @@ class Fp8Experts(nn.Module):
         self.activation, self.pow2_scales = activation, bool(pow2_scales)
         e, h, i = num_experts, hidden_size, intermediate_size
         self.register_buffer("w13", torch.zeros(e, 2 * i, h, dtype=fp8_dtype, device=device))
-        self.register_buffer("w13_scale_inv", _prepared(torch.ones(e, 2 * i // BLOCK, h // BLOCK, device=device)))
+        self.register_buffer("w13_scale_inv", prepared_scale(torch.ones(e, 2 * i // BLOCK, h // BLOCK, device=device)))
         self.register_buffer("w2", torch.zeros(e, h, i, dtype=fp8_dtype, device=device))
-        self.register_buffer("w2_scale_inv", _prepared(torch.ones(e, h // BLOCK, i // BLOCK, device=device)))
+        self.register_buffer("w2_scale_inv", prepared_scale(torch.ones(e, h // BLOCK, i // BLOCK, device=device)))
 
     @classmethod
     def from_weights(cls, gate_up: torch.Tensor, down: torch.Tensor, *, fp8_dtype: torch.dtype | None = None,
@@ -89,9 +78,9 @@ class Fp8Experts(nn.Module):
         if gate_up.device.type != "meta":
             dtype = module.w13.dtype
             module.w13, scale = quantize_experts(gate_up.detach(), dtype, pow2_scales)
-            module.w13_scale_inv = _prepared(scale)
+            module.w13_scale_inv = prepared_scale(scale)
             module.w2, scale = quantize_experts(down.detach(), dtype, pow2_scales)
-            module.w2_scale_inv = _prepared(scale)
+            module.w2_scale_inv = prepared_scale(scale)
         return module
 
     def forward(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
@@ -155,7 +144,7 @@ class Fp8Experts(nn.Module):
         if required is not None and self.w13.dtype != required:
             self.w13, self.w13_scale_inv = to_fp8_dtype(self.w13, self.w13_scale_inv, required)
             self.w2, self.w2_scale_inv = to_fp8_dtype(self.w2, self.w2_scale_inv, required)
-        self.w13_scale_inv, self.w2_scale_inv = _prepared(self.w13_scale_inv), _prepared(self.w2_scale_inv)
+        self.w13_scale_inv, self.w2_scale_inv = prepared_scale(self.w13_scale_inv), prepared_scale(self.w2_scale_inv)
 
     def _apply(self, fn, recurse=True):
         before = {name: getattr(self, name) for name in ("w13", "w13_scale_inv", "w2", "w2_scale_inv")}

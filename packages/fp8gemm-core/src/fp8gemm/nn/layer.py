@@ -49,8 +49,9 @@ def resolve_fp8_dtype(device, fp8_dtype: torch.dtype | None) -> tuple[torch.devi
     return device, fp8_dtype
 
 
-def _prepared(scale: torch.Tensor) -> torch.Tensor:
-    """The weight scale in the layout the backend for its device reads (unchanged where none applies)."""
+def prepared_scale(scale: torch.Tensor) -> torch.Tensor:
+    """A weight scale ([ceil(N/128), K/128], or [E, ...] per expert) in the layout the backend for its device reads;
+    unchanged where none applies (meta, or no backend for this GPU: the op names the package to install)."""
     if scale.device.type == "meta":
         return scale
     try:
@@ -126,7 +127,7 @@ class Fp8Linear(nn.Module):
         self.in_features, self.out_features, self.pow2_scales = in_features, out_features, bool(pow2_scales)
         scale_shape = (ceil_div(out_features, BLOCK), in_features // BLOCK)
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=fp8_dtype, device=device))
-        self.register_buffer("weight_scale_inv", _prepared(torch.ones(scale_shape, device=device)))
+        self.register_buffer("weight_scale_inv", prepared_scale(torch.ones(scale_shape, device=device)))
         self.register_buffer("bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None)
 
     @classmethod
@@ -147,7 +148,7 @@ class Fp8Linear(nn.Module):
                     device=weight.device, dtype=dtype, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)  # fmt: skip
         if weight.device.type != "meta":
             q, scale = quantize_weight(weight, fp8_dtype=layer.weight.dtype, pow2_scales=pow2_scales)
-            layer.weight, layer.weight_scale_inv = q, _prepared(scale)
+            layer.weight, layer.weight_scale_inv = q, prepared_scale(scale)
             if linear.bias is not None:
                 layer.bias = linear.bias.detach().to(dtype, copy=True)
         return layer
@@ -169,7 +170,7 @@ class Fp8Linear(nn.Module):
         required = required_fp8_dtype(self.weight.device)
         if required is not None and self.weight.dtype != required:
             self.weight, self.weight_scale_inv = to_fp8_dtype(self.weight, self.weight_scale_inv, required)
-        self.weight_scale_inv = _prepared(self.weight_scale_inv)
+        self.weight_scale_inv = prepared_scale(self.weight_scale_inv)
 
     def _apply(self, fn, recurse=True):
         weight, scale = self.weight, self.weight_scale_inv
