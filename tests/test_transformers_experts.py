@@ -159,24 +159,41 @@ def test_weight_scales_are_converted_once_and_again_when_they_change():
         first = experts(hidden, ids, weights)
         kept = hf_experts.weight_scales(experts)
         assert all(a is b for a, b in zip(hf_experts.weight_scales(experts), kept, strict=True))  # kept, not redone
-        experts.down_proj_scale_inv.mul_(2)  # a new checkpoint loaded in place
-        assert hf_experts.weight_scales(experts)[1] is not kept[1]
+        experts.down_proj_scale_inv.mul_(2)  # a new checkpoint loaded in place: fp32 scales are read in place
+        assert hf_experts.weight_scales(experts)[1].data_ptr() == experts.down_proj_scale_inv.data_ptr()
         second = experts(hidden, ids, weights)
         assert torch.equal(second, direct(experts, hidden, ids, weights)) and not torch.equal(second, first)
     assert not any("fp8gemm" in key for key in experts.state_dict())
 
 
 def test_weight_scales_converted_under_graph_capture_are_not_kept(monkeypatch):
-    """A graph's kernels have not run when capture returns: scales converted then must not serve later calls."""
-    experts = build_experts("fp8gemm", False)
+    """A graph's kernels have not run when capture returns: scales converted then (UE8M0 to fp32) must not serve later
+    calls; fp32 scales read in place may."""
+    fp32, experts = _ue8m0_pair()
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))  # the tests' CPU tensors play the GPU's
     monkeypatch.setattr(hf_experts.runtime, "capturing", lambda: True)
     captured = hf_experts.weight_scales(experts)
-    assert getattr(experts, hf_experts._CACHE, None) is None
+    assert hf_experts._PLAN not in experts.__dict__
+    in_place = hf_experts.weight_scales(fp32)
+    assert in_place[0].data_ptr() == fp32.gate_up_proj_scale_inv.data_ptr() and hf_experts._PLAN in fp32.__dict__
     monkeypatch.setattr(hf_experts.runtime, "capturing", lambda: False)
     kept = hf_experts.weight_scales(experts)
-    assert kept[0] is not captured[0] and torch.equal(kept[0], captured[0])
+    assert kept[0] is not captured[0] and torch.equal(kept[0], captured[0]) and torch.equal(kept[0], in_place[0])
     assert all(a is b for a, b in zip(hf_experts.weight_scales(experts), kept, strict=True))
+
+
+def test_the_plan_is_made_again_when_a_weight_is_replaced_or_moved():
+    experts = build_experts("fp8gemm", False)
+    hidden, (ids, weights) = activations((TOKENS, HIDDEN), 7), routing(8, sentinels=False)
+    with torch.no_grad():
+        first = experts(hidden, ids, weights)
+        plan = hf_experts.experts_plan(experts)
+        assert hf_experts.experts_plan(experts) is plan  # kept
+        experts.gate_up_proj = torch.nn.Parameter(experts.gate_up_proj.detach().clone(), requires_grad=False)
+        assert hf_experts.experts_plan(experts) is not plan  # a new tensor: checked again
+        assert torch.equal(experts(hidden, ids, weights), first)
+        experts.down_proj.data = torch.zeros_like(experts.down_proj)  # the same Parameter on new memory
+        assert torch.equal(experts(hidden, ids, weights), torch.zeros_like(first))
 
 
 # --- fallbacks and refusals ------------------------------------------------------------------------------------------

@@ -19,115 +19,92 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from typing import NamedTuple
 
 import torch
 
 from .. import runtime
 from ..moe import fused_experts
-from ..nn.convert import _is_silu
-from ..ops import prepare_weight_scale
-from ..protocol import MOE_MAX_EXPERTS, MOE_MAX_TOP_K
-from ..reference import BLOCK
-from .finegrained_fp8 import FP8_WEIGHTS, SUPPORTED_BLOCK, UE8M0
+from ..nn.from_transformers import fp8_experts_reason, plain_gates, top_k_reason
+from .operands import backend_scale, copied, may_keep, stamp
 
 NAME = "fp8gemm"
-_CACHE = "_fp8gemm_weight_scales"  # (stamp, gate_up scale, down scale) in the layout the backend reads
+_PLAN = "_fp8gemm_plan"  # the module's Plan, a plain attribute: no buffer, no state_dict entry
+_TENSORS = ("gate_up_proj", "gate_up_proj_scale_inv", "down_proj", "down_proj_scale_inv")
 _warned: set = set()
-_PLAIN_GATES: tuple | None = None  # filled on first use (transformers is imported only then)
 
 
 class ExpertsFallbackWarning(UserWarning):
     """``experts_implementation="fp8gemm"`` met experts ``fused_experts`` does not run; transformers' route runs them."""
 
 
+class Plan(NamedTuple):
+    """What a call of these experts needs and what cannot change between calls, made on the first call and again
+    when a weight or scale changes (load, ``.to()``, an in-place write)."""
+
+    stamps: tuple  # of the four tensors
+    copied: tuple[bool, ...]  # which of them is kept as a converted copy (a scale)
+    fallback: tuple[str, str] | None  # (route, why): fused_experts cannot run them (fp8_experts_reason)
+    operands: tuple  # w13, w13 scale, w2, w2 scale as fused_experts reads them; () with a fallback
+
+
 def fallback_reason(experts, hidden_states: torch.Tensor, top_k_index: torch.Tensor) -> tuple[str, str] | None:
-    """``(route, why)`` when ``fused_experts`` cannot run these experts as transformers defines them, or None.
-    route: ``"grouped_mm"`` (transformers' ``fp8_grouped_mm_experts_forward``) or ``"eager"`` (the module's own
-    loop over experts, the only one of transformers' FP8 routes that takes a static activation scale)."""
-    if getattr(experts, "activation_scheme", "dynamic") == "static":
-        return "eager", "activation_scheme='static'; fused_experts quantizes activations per token per 128"
-    if not getattr(experts, "has_gate", True) or not hasattr(experts, "gate_up_proj"):
-        return "grouped_mm", "no gate (up_proj only, act_fn(up)); fused_experts runs silu(gate) * up"
-    if getattr(experts, "is_transposed", False) or not getattr(experts, "is_concatenated", True):
-        return "grouped_mm", "gate_up_proj is not [E, 2I, H] with the gate rows first"
-    up, down = experts.gate_up_proj, experts.down_proj
-    if up.dtype not in FP8_WEIGHTS or down.dtype != up.dtype:
-        return "grouped_mm", f"weights are {up.dtype} / {down.dtype}, not FP8 e4m3"
-    block = getattr(experts, "block_size", None)
-    if (tuple(block) if isinstance(block, (list, tuple)) else block) != SUPPORTED_BLOCK:
-        return "grouped_mm", f"block_size = {block}; fused_experts takes one scale per 128x128 block"
-    for name in ("gate_up_proj_scale_inv", "down_proj_scale_inv"):
-        scale = getattr(experts, name, None)
-        if not isinstance(scale, torch.Tensor) or scale.dtype not in (torch.float32, UE8M0):
-            return "grouped_mm", f"{name} is {getattr(scale, 'dtype', scale)}, not float32 or float8_e8m0fnu"
-    if any(getattr(experts, a, None) is not None for a in ("swiglu_alpha", "swiglu_limit", "limit")):
-        return "grouped_mm", "clamped SwiGLU gate (swiglu_alpha / swiglu_limit); fused_experts runs silu(gate) * up"
-    gate_fn = getattr(type(experts), "_apply_gate", None)
-    if gate_fn is not None and not any(gate_fn is plain for plain in _plain_gates()):
-        return "grouped_mm", f"{type(experts).__name__} defines its own gating (_apply_gate)"
-    if not _is_silu(getattr(experts, "act_fn", None)):
-        act = type(getattr(experts, "act_fn", None)).__name__
-        return "grouped_mm", f"activation {act} is not SiLU; fused_experts runs silu(gate) * up"
-    (e, two_i, h), k = up.shape, top_k_index.shape[-1]
-    if two_i % (2 * BLOCK) or h % BLOCK or tuple(down.shape) != (e, h, two_i // 2):
-        return "grouped_mm", f"gate_up_proj {list(up.shape)}, down_proj {list(down.shape)}: H and I must be multiples of {BLOCK}"  # fmt: skip
-    if e > MOE_MAX_EXPERTS or k > MOE_MAX_TOP_K:
-        return "grouped_mm", f"E = {e}, k = {k}: fused_experts takes E <= {MOE_MAX_EXPERTS}, k <= {MOE_MAX_TOP_K}"
-    if torch.is_grad_enabled() and hidden_states.requires_grad:
+    """``(route, why)`` when ``fused_experts`` cannot run these experts on this call, or None (the module's own part
+    from its :class:`Plan`)."""
+    return _reason(experts_plan(experts), hidden_states, top_k_index)
+
+
+def _reason(plan: Plan, hidden_states: torch.Tensor, top_k_index: torch.Tensor) -> tuple[str, str] | None:
+    reason = plan.fallback or top_k_reason(top_k_index.shape[-1])
+    if reason is None and torch.is_grad_enabled() and hidden_states.requires_grad:
         return "grouped_mm", "the input requires grad; fused_experts is inference only"
-    return None
+    return reason
 
 
-def _plain_gates() -> tuple:
-    """transformers' gates that are ``act_fn(gate) * up`` when no SwiGLU clamp is set: ``FP8Experts._apply_gate``
-    and ``_default_apply_gate`` (compared by identity: under torch.compile a function's ``__qualname__`` compares
-    wrongly, torch 2.13)."""
-    global _PLAIN_GATES
-    if _PLAIN_GATES is None:
-        from transformers.integrations.finegrained_fp8 import FP8Experts
-        from transformers.integrations.moe import _default_apply_gate
-
-        _PLAIN_GATES = (FP8Experts._apply_gate, _default_apply_gate)
-    return _PLAIN_GATES
+def _tensors(experts) -> tuple:
+    params = experts._parameters  # what FP8Experts registers them in; read without Module.__getattr__ per name
+    return tuple(params[n] if n in params else getattr(experts, n, None) for n in _TENSORS)
 
 
-def _prepare(scale: torch.Tensor) -> torch.Tensor:
-    scale = scale.detach()
-    if scale.dtype != torch.float32:
-        scale = scale.float()  # UE8M0 (scale_fmt="ue8m0"): powers of two, exact in fp32
-    if scale.device.type == "meta":
-        return scale
-    try:
-        return prepare_weight_scale(scale)
-    except RuntimeError:  # no backend for this GPU: fused_experts names the package to install
-        return scale
+def _stamps(tensors: tuple, copies: tuple) -> tuple:
+    return tuple([stamp(t, c) if isinstance(t, torch.Tensor) else t for t, c in zip(tensors, copies, strict=True)])
 
 
-def _stamp(t: torch.Tensor) -> tuple:
-    try:
-        version = t._version
-    except RuntimeError:  # an inference tensor keeps no version counter
-        version = None
-    return t.device, t.dtype, tuple(t.shape), t.data_ptr(), version
+def _make_plan(experts, tensors: tuple) -> Plan:
+    """The plan, its stamps left empty (a compiled graph reads no address)."""
+    fallback = fp8_experts_reason(experts)
+    if fallback is not None:
+        return Plan((), (False,) * len(tensors), fallback, ())
+    up, up_scale, down, down_scale = tensors
+    operands = up.detach(), backend_scale(up_scale), down.detach(), backend_scale(down_scale)
+    if torch.compiler.is_compiling():
+        return Plan((), (), None, operands)
+    copies = (False, copied(up_scale, operands[1]), False, copied(down_scale, operands[3]))
+    return Plan((), copies, None, operands)
+
+
+def experts_plan(experts) -> Plan:
+    """The experts' :class:`Plan`, kept on the module; under CUDA-graph capture a plan whose scales were converted
+    in the graph is not kept (its kernels have not run yet). Inside a compiled graph the kept plan is used as it is,
+    or made in the graph if none is."""
+    kept = experts.__dict__.get(_PLAN)
+    tensors = _tensors(experts)
+    if torch.compiler.is_compiling():
+        return kept if kept is not None else _make_plan(experts, tensors)
+    if kept is None or kept.stamps != _stamps(tensors, kept.copied):
+        kept = _make_plan(experts, tensors)
+        kept = kept._replace(stamps=_stamps(tensors, kept.copied))
+        ops = kept.operands
+        if not ops or (may_keep(tensors[1], ops[1]) and may_keep(tensors[3], ops[3])):
+            object.__setattr__(experts, _PLAN, kept)
+    return kept
 
 
 def weight_scales(experts) -> tuple[torch.Tensor, torch.Tensor]:
     """The gate/up and down weight scales as fp32 in the layout the backend reads (``prepare_weight_scale``),
-    converted once and kept on the module (not in its state_dict); converted again when a scale changes (load,
-    ``.to()``). Under CUDA-graph capture they are converted in the graph and not kept. Inside a compiled graph the
-    kept ones are used as they are, or converted in the graph if none is."""
-    up_s, down_s = experts.gate_up_proj_scale_inv, experts.down_proj_scale_inv
-    kept = getattr(experts, _CACHE, None)
-    if torch.compiler.is_compiling():
-        return kept[1:] if kept is not None else (_prepare(up_s), _prepare(down_s))
-    stamp = (_stamp(up_s), _stamp(down_s))
-    if kept is None or kept[0] != stamp:
-        kept = (stamp, _prepare(up_s), _prepare(down_s))
-        # under capture the graph's own kernels convert them, and have not run yet: not for later calls
-        if up_s.is_cuda and runtime.capturing():
-            return kept[1], kept[2]
-        object.__setattr__(experts, _CACHE, kept)  # a plain attribute: no buffer, no state_dict entry
-    return kept[1], kept[2]
+    converted once per :class:`Plan`."""
+    operands = experts_plan(experts).operands
+    return operands[1], operands[3]
 
 
 def _warn_once(experts, route: str, why: str) -> None:
@@ -154,24 +131,22 @@ def fp8_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Te
     its dtype. Expert ids outside [0, E) (expert-parallel sentinels, ``>= E``) select nothing. Experts it does not
     run (:func:`fallback_reason`) go to transformers' own route, with an :class:`ExpertsFallbackWarning` once; biases
     are refused."""
-    if getattr(self, "has_bias", False) or getattr(self, "gate_up_proj_bias", None) is not None:
-        raise NotImplementedError(
-            f'experts_implementation="{NAME}": {type(self).__name__} has biases; fp8gemm.fused_experts has none (and '
-            "transformers' FP8Experts takes none either)"
-        )
-    reason = fallback_reason(self, hidden_states, top_k_index)
+    plan = experts_plan(self)
+    reason = _reason(plan, hidden_states, top_k_index)
     if reason is not None:
+        if reason[0] == "refused":
+            raise NotImplementedError(f'experts_implementation="{NAME}": {type(self).__name__} {reason[1]}')
         _warn_once(self, *reason)
         return _fallback(self, reason[0])(self, hidden_states, top_k_index, top_k_weights)
     shape = hidden_states.shape
-    x = hidden_states.reshape(-1, shape[-1])
-    ids = top_k_index.reshape(-1, top_k_index.shape[-1])
-    weights = top_k_weights.reshape(ids.shape)
-    if ids.device.type == "cpu":  # the CPU path checks ids; on a GPU one >= E selects nothing without a launch
-        ids = torch.where(ids < self.gate_up_proj.shape[0], ids, -1)
-    up_scale, down_scale = weight_scales(self)
-    out = fused_experts(x, ids, weights, self.gate_up_proj.detach(), up_scale, self.down_proj.detach(), down_scale)
-    return out.view(shape)
+    flat = len(shape) == 2
+    x = hidden_states if flat else hidden_states.reshape(-1, shape[-1])
+    ids = top_k_index if flat else top_k_index.reshape(-1, top_k_index.shape[-1])
+    weights = top_k_weights if flat else top_k_weights.reshape(ids.shape)
+    if runtime.device_index(ids) < 0:  # the CPU reference checks ids; on a GPU one >= E selects nothing
+        ids = torch.where(ids < plan.operands[0].shape[0], ids, -1)
+    out = fused_experts(x, ids, weights, *plan.operands)
+    return out if flat else out.view(shape)
 
 
 def unquantized_experts_forward(self, hidden_states, top_k_index, top_k_weights):
@@ -197,7 +172,7 @@ def register_experts_implementation(name: str = NAME) -> str:
             "register_experts_implementation needs transformers 5.x with FP8 experts "
             f"(transformers.integrations.finegrained_fp8.ALL_FP8_EXPERTS_FUNCTIONS): {exc}"
         ) from exc
-    _plain_gates()  # before any trace reads it
+    plain_gates()  # before any trace reads it
     ALL_FP8_EXPERTS_FUNCTIONS.register(name, fp8_experts_forward)
     ALL_EXPERTS_FUNCTIONS.register(name, unquantized_experts_forward)
     return name

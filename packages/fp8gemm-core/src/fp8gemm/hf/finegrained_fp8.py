@@ -20,13 +20,12 @@ import torch
 
 from .. import grouped, runtime  # noqa: F401  (grouped registers the op read below)
 from ..linear import linear
+from ..nn.from_transformers import FP8_WEIGHTS, SUPPORTED_BLOCK, UE8M0
 from ..ops import gemm
 from ..quantize import quantize_activation
 from ..reference import BLOCK
+from .operands import backend_scale, keep, kept_operands
 
-SUPPORTED_BLOCK = (BLOCK, BLOCK)  # the DeepSeek-V3 recipe: one weight scale per 128x128 block
-FP8_WEIGHTS = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
-UE8M0 = getattr(torch, "float8_e8m0fnu", None)  # power-of-two scales (torch >= 2.7); exact in fp32
 # The op itself, not fp8gemm.grouped_gemm: that eager wrapper copies offs to the host to check it, a synchronisation
 # on a GPU. The op reads no value on the host (kernels clamp group bounds to the rows that exist).
 _grouped_gemm_op = getattr(torch.ops, runtime.LIBRARY).grouped_gemm
@@ -68,6 +67,21 @@ def check_weight(weight, weight_scale_inv, block_size, dims: int) -> tuple[torch
     return weight.detach(), scale
 
 
+def checked_operands(weight, weight_scale_inv, block_size, dims: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(weight, scale)`` as fp8gemm reads them: :func:`check_weight`'s, the scale in the backend's layout, on a
+    weight's first call; kept for the next calls until the weight or its scale changes (operands.py). A compiled
+    graph checks them once, when traced."""
+    if torch.compiler.is_compiling():
+        return check_weight(weight, weight_scale_inv, block_size, dims)
+    found = kept_operands(weight, weight_scale_inv, (dims, block_size))
+    if found is not None:
+        return found
+    checked, scale = check_weight(weight, weight_scale_inv, block_size, dims)
+    operands = checked, backend_scale(scale)
+    keep(weight, weight_scale_inv, (dims, block_size), operands)
+    return operands
+
+
 def _check_device_dtype(weight: torch.Tensor) -> None:
     """An e4m3fn checkpoint on a backend that takes e4m3fnuz (gfx942) needs its weights converted once, at load."""
     if weight.device.type != "cuda" or torch.compiler.is_compiling():
@@ -98,7 +112,7 @@ def matmul_2d(
     ``activation_scale`` (one fp32 value: static per-tensor quantization) every element is ``x / activation_scale``
     saturated to the FP8 range instead, and that scale multiplies the product.
     """
-    weight, scale = check_weight(weight, weight_scale_inv, block_size, dims=2)
+    weight, scale = checked_operands(weight, weight_scale_inv, block_size, dims=2)
     output_dtype = output_dtype or input.dtype
     if activation_scale is not None:
         return _static_2d(input, weight, scale, activation_scale, output_dtype)
@@ -150,7 +164,7 @@ def matmul_grouped(
     (default: x's). Rows past ``offsets[-1]`` (expert-parallel sentinels) are not written: they read 0.
     ``tokens_per_expert`` repeats what ``offsets`` says and is not read.
     """
-    weight, scale = check_weight(weight, weight_scale_inv, block_size, dims=3)
+    weight, scale = checked_operands(weight, weight_scale_inv, block_size, dims=3)
     if not isinstance(offsets, torch.Tensor):
         raise ValueError("offsets (int32 [E], cumulative row ends per expert) is required")
     return _grouped(x, weight, scale, offsets.to(device=x.device, dtype=torch.int32), output_dtype)
@@ -171,7 +185,7 @@ def matmul_batched(
     The rows are sorted by expert on the device (``torch.sort``, counts by ``torch.searchsorted``), run as one grouped
     GEMM and put back in place: no value is read on the host.
     """
-    weight, scale = check_weight(weight, weight_scale_inv, block_size, dims=3)
+    weight, scale = checked_operands(weight, weight_scale_inv, block_size, dims=3)
     if not isinstance(expert_ids, torch.Tensor):
         raise ValueError("expert_ids (one expert id per row of x) is required")
     ids = expert_ids.reshape(-1)
