@@ -8,6 +8,7 @@ import json
 import os
 import time
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,7 +24,6 @@ from fp8gemm_bench.moe_peers import (
     GROUPED_ALONE,
     HF_FP8,
     OURS_CONTIGUOUS,
-    OURS_MASKED,
     STEP_FLOOR,
     STEP_FLOOR_FUSED_COMBINE,
     STEP_FLOORS,
@@ -41,6 +41,8 @@ def _transformers_status() -> str | None:
 
 
 needs_transformers = pytest.mark.skipif(_transformers_status() is not None, reason=str(_transformers_status()))
+OLDER_REPORT = Path(__file__).parents[1] / "bench" / "results" / "h100_2026-11-27_moe.json"
+REMOVED_MASKED = "fp8gemm.fused_experts masked"  # a path older reports hold: fused_experts' removed masked layout
 TINY = (moe_bench.MoeModel("tiny", 8, 2, 256, 128), moe_bench.MoeModel("tiny4", 4, 2, 128, 256))
 CASES = [
     moe_bench.Case("tiny", 5, "uniform"),
@@ -141,14 +143,14 @@ def test_weight_copies_fill_the_l2_within_the_budget():
     assert sum(tight["copies"][k] * tight["bytes_per_copy"][k] for k in ("fp8", "bf16")) <= 40 << 30
 
 
-def test_the_masked_layout_runs_where_its_rows_fit_and_the_step_floor_in_decode():
-    ds, qwen = (moe_bench.MoeModel("deepseek-v3", 256, 8, 7168, 2048), moe_bench.MoeModel("q", 128, 8, 2048, 768))
-    runs = [t for t in moe_bench.TOKENS if OURS_MASKED in moe_bench.case_paths(ds, moe_bench.Case("x", t, "u"))[0]]
-    assert runs == [1, 16, 64, 256]
-    runs = [t for t in moe_bench.TOKENS if OURS_MASKED in moe_bench.case_paths(qwen, moe_bench.Case("x", t, "u"))[0]]
-    assert runs == [1, 16, 64, 256, 1024, 4096]
+def test_the_step_floor_runs_in_decode_only_and_every_other_path_at_every_t():
+    ds = moe_bench.MoeModel("deepseek-v3", 256, 8, 7168, 2048)
+    for t in moe_bench.TOKENS:
+        paths, skipped = moe_bench.case_paths(ds, moe_bench.Case("x", t, "u"))
+        assert set(paths) | set(skipped) == set(moe_peers.PATH_ORDER) and not set(paths) & set(skipped)
+        assert set(skipped) == (set() if t <= moe_bench.DECODE_MAX_TOKENS else set(STEP_FLOORS))
     for floor in STEP_FLOORS:
-        runs = [t for t in moe_bench.TOKENS if floor in moe_bench.case_paths(qwen, moe_bench.Case("x", t, "u"))[0]]
+        runs = [t for t in moe_bench.TOKENS if floor in moe_bench.case_paths(ds, moe_bench.Case("x", t, "u"))[0]]
         assert runs == [t for t in moe_bench.TOKENS if t <= moe_bench.DECODE_MAX_TOKENS] == [1, 16, 64]
 
 
@@ -194,11 +196,11 @@ def test_the_harness_runs_every_path_end_to_end_on_cpu_and_its_json_plots(tmp_pa
     report = moe_bench.run("cpu", CASES, models=TINY, progress=lambda t: None, timer=_wall_timer,
                            checkpoint=lambda r: saved.append(len(r["rows"])))  # fmt: skip
     assert saved == [1, 2, 3] and "partial" not in report
-    everything = {OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, *STEP_FLOORS, BF16_LOOP, BF16_GROUPED, DG_PIPELINE,
+    everything = {OURS_CONTIGUOUS, GROUPED_ALONE, *STEP_FLOORS, BF16_LOOP, BF16_GROUPED, DG_PIPELINE,
                   DG_PIPELINE_EXACT, HF_FP8}  # fmt: skip
     for r in report["rows"]:
         assert set(r["us"]) == everything, r["errors"]
-        for name in (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, *STEP_FLOORS):
+        for name in (OURS_CONTIGUOUS, GROUPED_ALONE, *STEP_FLOORS):
             assert r["rel_err"][name] < moe_bench.YARDSTICK_BOUND
         for name in everything:
             assert r["rel_err_exact"][name] < moe_bench.EXACT_BOUND[moe_peers.WEIGHT_KIND[name]]
@@ -221,29 +223,33 @@ def test_the_harness_runs_every_path_end_to_end_on_cpu_and_its_json_plots(tmp_pa
 
 def test_a_wrong_path_is_reported_not_timed_and_a_failing_one_does_not_stop_the_rest(monkeypatch):
     def broken(inp, w):
-        run, tokens = moe_peers.ours("contiguous")(inp, w)
+        run, tokens = moe_peers.ours(inp, w)
         return (lambda: run() * 1.1), tokens
 
     def failing(inp, w):
         raise RuntimeError("this peer cannot run here")
 
-    monkeypatch.setitem(moe_peers.PATHS, OURS_MASKED, broken)
+    monkeypatch.setitem(moe_peers.PATHS, OURS_CONTIGUOUS, broken)
     monkeypatch.setitem(moe_peers.PATHS, GROUPED_ALONE, failing)
     # the real peers stay out: DeepGEMM given CPU tensors would run on a GPU with host pointers
     monkeypatch.setattr(moe_bench, "missing_paths", lambda device: moe_peers.missing_paths(torch.device("cpu")))
     report = moe_bench.run("cpu", CASES[:1], models=TINY, progress=lambda t: None, timer=_wall_timer)
     row = report["rows"][0]
-    assert OURS_MASKED not in row["us"] and row["errors"][OURS_MASKED].startswith("wrong: relative error")
+    assert OURS_CONTIGUOUS not in row["us"] and row["errors"][OURS_CONTIGUOUS].startswith("wrong: relative error")
     assert row["errors"][GROUPED_ALONE] == "RuntimeError: this peer cannot run here"
-    assert OURS_CONTIGUOUS in row["us"]
+    assert set(STEP_FLOORS) <= row["us"].keys()
 
 
 def test_a_resumed_run_keeps_earlier_cases_and_refuses_another_seed(monkeypatch):
     monkeypatch.setattr(moe_bench, "PATH_ORDER", (OURS_CONTIGUOUS,))
     first = moe_bench.run("cpu", CASES[:1], models=TINY, progress=lambda t: None, timer=_wall_timer)
+    earlier = json.loads(json.dumps(first))
+    earlier["rows"][0]["us"][REMOVED_MASKED] = earlier["rows"][0]["us"][OURS_CONTIGUOUS] / 2
     timed = []
-    report = moe_bench.run("cpu", CASES[:2], models=TINY, progress=timed.append,
-                           earlier=json.loads(json.dumps(first)), timer=_wall_timer)  # fmt: skip
+    report = moe_bench.run("cpu", CASES[:2], models=TINY, progress=timed.append, earlier=earlier,
+                           timer=_wall_timer)  # fmt: skip
+    assert report["paths"] == [OURS_CONTIGUOUS]  # the earlier row's masked time is kept, neither listed nor summarized
+    assert set(report["summary"]) == {f"{OURS_CONTIGUOUS} vs", "decode_ours_over_grouped_alone"}
     assert len(timed) == 1 and timed[0].startswith("tiny T40 skewed") and report["environment"]["processes"] == 2
     assert [r["label"] for r in report["rows"]] == ["tiny T5 uniform", "tiny T40 skewed"]
     with pytest.raises(ValueError, match="seed is 0, this run's is 3"):
@@ -254,9 +260,9 @@ def test_the_summary_from_a_synthetic_report():
     def row(model, tokens, us):
         return {"model": model, "tokens": tokens, "label": f"{model} T{tokens}", "us": us}
 
-    rows = [row("a", 1, {OURS_CONTIGUOUS: 10.0, OURS_MASKED: 8.0, GROUPED_ALONE: 9.0, BF16_LOOP: 40.0}),
+    rows = [row("a", 1, {OURS_CONTIGUOUS: 10.0, GROUPED_ALONE: 9.0, BF16_LOOP: 40.0}),
             row("a", 4096, {OURS_CONTIGUOUS: 100.0, BF16_LOOP: 150.0, DG_PIPELINE: 90.0}),
-            row("b", 64, {OURS_CONTIGUOUS: 13.0, OURS_MASKED: 14.0, GROUPED_ALONE: 10.0, STEP_FLOOR: 12.5,
+            row("b", 64, {OURS_CONTIGUOUS: 13.0, GROUPED_ALONE: 10.0, STEP_FLOOR: 12.5,
                           STEP_FLOOR_FUSED_COMBINE: 11.5, BF16_LOOP: 13.0})]  # fmt: skip
     s = moe_bench.summarize(rows)
     vs = s[f"{OURS_CONTIGUOUS} vs"][BF16_LOOP]
@@ -267,8 +273,26 @@ def test_the_summary_from_a_synthetic_report():
     assert d["worst"] == pytest.approx(1.3) and d["worst_case"] == "b T64" and d["met"] is False
     assert d["step_floor"]["per_case"] == {"b T64": pytest.approx(1.25)} and d["step_floor"]["met"] is False
     assert d["step_floor_fused_combine"]["per_case"] == {"b T64": pytest.approx(1.15)}
-    assert s["masked_speed_over_contiguous"]["a"]["masked_wins_up_to_T"] == 1
-    assert s["masked_speed_over_contiguous"]["b"]["masked_wins_up_to_T"] == 0
+
+
+def test_an_older_report_with_the_removed_masked_path_still_summarizes_plots_and_prints(tmp_path):
+    old = json.loads(OLDER_REPORT.read_text())
+    assert REMOVED_MASKED in old["paths"] and sum(REMOVED_MASKED in r["us"] for r in old["rows"]) > 0
+    s = moe_bench.summarize(old["rows"])
+    assert set(s) == {f"{OURS_CONTIGUOUS} vs", "decode_ours_over_grouped_alone"}
+    for other, stat in s[f"{OURS_CONTIGUOUS} vs"].items():
+        before = old["summary"][f"{OURS_CONTIGUOUS} vs"][other]
+        assert (stat["cases"], stat.get("slowest_case")) == (before["cases"], before.get("slowest_case")), other
+        assert stat["geomean"] == pytest.approx(before["geomean"], rel=1e-12, nan_ok=True), other
+    assert s[f"{OURS_CONTIGUOUS} vs"][BF16_GROUPED]["geomean"] == pytest.approx(2.52, abs=5e-3)  # README's number
+    assert s["decode_ours_over_grouped_alone"]["per_case"] == pytest.approx(
+        old["summary"]["decode_ours_over_grouped_alone"]["per_case"], rel=1e-12
+    )
+    cli_bench.print_moe_summary({**old, "summary": s})
+    cli_bench.print_moe_summary(old)
+    pytest.importorskip("matplotlib")
+    moe_bench.plot(old, tmp_path / "old.png")
+    assert (tmp_path / "old.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_timing_needs_a_gpu_and_the_cli_says_so_without_a_traceback(capsys):

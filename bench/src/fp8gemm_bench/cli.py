@@ -101,9 +101,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--moe",
         action="store_true",
-        help="time the MoE experts layer fp8gemm.fused_experts (contiguous, masked) at DeepSeek-V3 and Qwen3-30B-A3B "
-        "sizes against bf16 experts as transformers runs them, DeepGEMM's pipeline and transformers' FP8Experts, in "
-        "CUDA graphs (docs/benchmarks.md)",
+        help="time the MoE experts layer fp8gemm.fused_experts at DeepSeek-V3 and Qwen3-30B-A3B sizes against bf16 "
+        "experts as transformers runs them, DeepGEMM's pipeline and transformers' FP8Experts, in CUDA graphs "
+        "(docs/benchmarks.md)",
     )
     p.add_argument("--quick", action="store_true", help="with --moe: a subset (T 1, 64, 4096; uniform routing)")
     p.add_argument("--decode", action="store_true", help="with --moe: the decode cases alone (T <= 64, both routings)")
@@ -227,9 +227,6 @@ def print_moe_summary(report: dict) -> None:
             worst = floor["per_case"].get(d["worst_case"], math.nan)
             console.print(f"  the same GEMMs with {launches} one-element launches: geomean {floor['geomean']:.2f}, "
                           f"{worst:.2f} in {d['worst_case']}", highlight=False)  # fmt: skip
-    for model, m in report["summary"]["masked_speed_over_contiguous"].items():
-        cells = ", ".join(f"T{t} {v:.2f}" for t, v in m["by_T"].items())
-        console.print(f"{model}: masked speed over contiguous {cells}", highlight=False)
     for name, why in report["environment"].get("missing", {}).items():
         console.print(f"{name}: {why}", highlight=False)
     for name, m in report.get("models", {}).items():

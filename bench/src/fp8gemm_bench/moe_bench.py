@@ -18,7 +18,7 @@ import torch
 from fp8gemm import preferred_fp8_dtype, prepare_weight_scale, quantize_weight, registry
 from fp8gemm.grouped import uses_grouped_kernel
 from fp8gemm.moe_reference import dequantize64, reference_fused_experts
-from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED
+from fp8gemm.protocol import GROUPED_CONTIGUOUS
 from fp8gemm.testing.conformance import relative_error
 
 from .bench import (
@@ -43,7 +43,6 @@ from .moe_peers import (
     HF_FP8,
     NOTES,
     OURS_CONTIGUOUS,
-    OURS_MASKED,
     PATH_ORDER,
     PATHS,
     STEP_FLOOR,
@@ -77,7 +76,6 @@ ROUTINGS = ("uniform", "skewed")
 QUICK_TOKENS = (1, 64, 4096)
 QUICK_ROUTINGS = ("uniform",)
 HOT_EXPERTS, HOT_PROBABILITY = 6, 0.9  # skewed: each token picks each of 6 hot experts with p = 0.9 (~2/3 of rows)
-MASKED_MAX_BYTES = 8 << 30  # the masked layout's E*T-row buffers past this are not built
 WEIGHT_BUDGET_BYTES = 40 << 30  # rotating weight copies of one model, FP8 and bf16 together
 L2_MULTIPLE = 3  # copies x the bytes one call reads >= this x the L2
 MIN_CALLS = 8  # calls per graph for T <= CALLS_TOKENS (fewer leave the graph's launch in a decode time)
@@ -91,7 +89,7 @@ DECODE_MAX_TOKENS = 64
 # a wrong expert, scale or permutation at O(1).
 YARDSTICK_BOUND = 6e-3
 EXACT_BOUND = {"bf16": 2e-2, "fp8": 0.1}
-YARDSTICK_PATHS = (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, *STEP_FLOORS)
+YARDSTICK_PATHS = (OURS_CONTIGUOUS, GROUPED_ALONE, *STEP_FLOORS)
 TARGETS = {"vs_bf16": 1.0, "decode_vs_grouped_alone_max": 1.2}
 
 
@@ -127,14 +125,6 @@ def routing(model: MoeModel, tokens: int, kind: str, seed: int):
     ids = scores.topk(model.top_k, dim=1).indices
     weights = torch.randn(tokens, model.top_k, generator=gen, dtype=torch.float64).softmax(-1).float()
     return ids, weights
-
-
-def masked_bytes(model: MoeModel, tokens: int) -> int:
-    """The masked layout's buffers: E*T rows of FP8 x and scales, the fp32 gate/up product, the FP8 activation and
-    the bf16 down product."""
-    h, i = model.hidden, model.inter
-    per_row = h + 4 * h // 128 + 8 * i + i + 4 * i // 128 + 2 * h
-    return model.experts * tokens * per_row
 
 
 def expert_bytes(model: MoeModel, kind: str) -> int:
@@ -232,14 +222,10 @@ def _calls(runs: list, tokens: int) -> list:
 
 
 def case_paths(model: MoeModel, case: Case) -> tuple[list[str], dict[str, str]]:
-    """The paths of a case, and those left out with why (the masked layout where its E*T rows do not fit; the step
-    launches' floor past decode)."""
+    """The paths of a case, and those left out with why (the step launches' floor past decode)."""
     skipped = {}
     if case.tokens > DECODE_MAX_TOKENS:
         skipped.update(dict.fromkeys(STEP_FLOORS, f"not run: decode cases only (T <= {DECODE_MAX_TOKENS})"))
-    if masked_bytes(model, case.tokens) > MASKED_MAX_BYTES:
-        skipped[OURS_MASKED] = (f"not run: the masked layout holds E*T = {model.experts * case.tokens} rows "
-                                f"({masked_bytes(model, case.tokens) / 2**30:.1f} GiB)")  # fmt: skip
     return [p for p in PATH_ORDER if p not in skipped], skipped
 
 
@@ -322,31 +308,20 @@ def _decode_ratio(rows: list[dict], path: str) -> dict:
 
 def summarize(rows: list[dict]) -> dict:
     """Speed of ours over each other path (its time / ours): geomean and slowest case, over all cases and per
-    model; the decode ratio to the grouped GEMMs alone; the masked layout against the contiguous one per T."""
+    model; the decode ratio to the grouped GEMMs alone. Paths of older reports that are no longer timed (the
+    removed masked ``fused_experts``) are left out."""
     out: dict = {}
     models = sorted({r["model"] for r in rows})
-    for ours in (OURS_CONTIGUOUS, OURS_MASKED):
-        block = {}
-        for other in (*BF16_PATHS, *DEEPGEMM_PATHS, HF_FP8):
-            target = TARGETS["vs_bf16"] if other in BF16_PATHS else None
-            block[other] = _stat(rows, ours, other, target)
-            block[other]["by_model"] = {m: _stat(rows, ours, other, target, lambda r, m=m: r["model"] == m)
-                                        for m in models}  # fmt: skip
-        out[f"{ours} vs"] = block
+    block = {}
+    for other in (*BF16_PATHS, *DEEPGEMM_PATHS, HF_FP8):
+        target = TARGETS["vs_bf16"] if other in BF16_PATHS else None
+        block[other] = _stat(rows, OURS_CONTIGUOUS, other, target)
+        block[other]["by_model"] = {m: _stat(rows, OURS_CONTIGUOUS, other, target, lambda r, m=m: r["model"] == m)
+                                    for m in models}  # fmt: skip
+    out[f"{OURS_CONTIGUOUS} vs"] = block
     out["decode_ours_over_grouped_alone"] = _decode_ratio(rows, OURS_CONTIGUOUS)
     out["decode_ours_over_grouped_alone"]["step_floor"] = _decode_ratio(rows, STEP_FLOOR)
     out["decode_ours_over_grouped_alone"]["step_floor_fused_combine"] = _decode_ratio(rows, STEP_FLOOR_FUSED_COMBINE)
-    masked = {}
-    for r in rows:
-        if {OURS_CONTIGUOUS, OURS_MASKED} <= r["us"].keys():
-            masked.setdefault(r["model"], {}).setdefault(r["tokens"], []).append(
-                r["us"][OURS_CONTIGUOUS] / r["us"][OURS_MASKED]
-            )
-    out["masked_speed_over_contiguous"] = {
-        m: {"by_T": {t: geomean(v) for t, v in sorted(by_t.items())},
-            "masked_wins_up_to_T": max([t for t, v in by_t.items() if min(v) > 1.0] or [0])}
-        for m, by_t in masked.items()
-    }  # fmt: skip
     return out
 
 
@@ -378,8 +353,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     by_name = {m.name: m for m in models}
     cases = cases or all_cases(quick, models, decode)
     chosen = registry.select(device, backend).backend
-    layouts = {"contiguous": uses_grouped_kernel(chosen, GROUPED_CONTIGUOUS),
-               "masked": uses_grouped_kernel(chosen, GROUPED_MASKED)}  # fmt: skip
+    layouts = {"contiguous": uses_grouped_kernel(chosen, GROUPED_CONTIGUOUS)}
     missing = missing_paths(device)
     env = environment(device, backend, seed)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0

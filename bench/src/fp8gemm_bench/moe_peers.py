@@ -1,5 +1,5 @@
-"""The experts-layer paths ``fp8gemm bench --moe`` times: ``fp8gemm.fused_experts`` (contiguous and masked), our two
-grouped GEMMs alone, bf16 experts as transformers runs them (its eager loop and its ``grouped_mm`` forward),
+"""The experts-layer paths ``fp8gemm bench --moe`` times: ``fp8gemm.fused_experts``, our two grouped GEMMs
+alone, bf16 experts as transformers runs them (its eager loop and its ``grouped_mm`` forward),
 DeepGEMM's pipeline (a Triton per-token-group quantizer, a padded permutation, two
 ``m_grouped_fp8_gemm_nt_contiguous`` and a combine), and transformers' own ``FP8Experts`` driven through
 ``fp8gemm.hf`` (our kernel under transformers' module: the only way it runs offline).
@@ -32,7 +32,6 @@ from fp8gemm import fused_experts, grouped_gemm, quantize_activation
 from .grouped_peers import deep_gemm_module, deepgemm_alignment, dg_contiguous_fn
 
 OURS_CONTIGUOUS = "fp8gemm.fused_experts contiguous"
-OURS_MASKED = "fp8gemm.fused_experts masked"
 GROUPED_ALONE = "our 2 grouped GEMMs alone (pre-permuted, pre-quantized)"
 STEP_FLOOR = "our 2 grouped GEMMs + 4 one-element launches (the step launches' floor)"
 STEP_FLOOR_FUSED_COMBINE = "our 2 grouped GEMMs + 3 one-element launches (the floor with the combine in the GEMM)"
@@ -42,14 +41,12 @@ BF16_GROUPED = "bf16 transformers grouped_mm (torch._grouped_mm)"
 DG_PIPELINE = "DeepGEMM pipeline (device-side padded M bound)"
 DG_PIPELINE_EXACT = "DeepGEMM pipeline (padded M from host counts)"
 HF_FP8 = "transformers FP8Experts grouped_mm on fp8gemm.hf"
-OURS = (OURS_CONTIGUOUS, OURS_MASKED)
 BF16_PATHS = (BF16_LOOP, BF16_GROUPED)
 DEEPGEMM_PATHS = (DG_PIPELINE, DG_PIPELINE_EXACT)
-PATH_ORDER = (OURS_CONTIGUOUS, OURS_MASKED, GROUPED_ALONE, *STEP_FLOORS, BF16_LOOP, BF16_GROUPED, DG_PIPELINE,
+PATH_ORDER = (OURS_CONTIGUOUS, GROUPED_ALONE, *STEP_FLOORS, BF16_LOOP, BF16_GROUPED, DG_PIPELINE,
               DG_PIPELINE_EXACT, HF_FP8)  # fmt: skip
 NOTES = {
     OURS_CONTIGUOUS: "fp8gemm.fused_experts(..., layout='contiguous'): T*k rows sorted by expert, two grouped GEMMs",
-    OURS_MASKED: "fp8gemm.fused_experts(..., layout='masked'): E*T rows, T per expert; run where E*T rows fit",
     GROUPED_ALONE: "fp8gemm.grouped_gemm twice (offs; gate/up fp32 out, down bf16 out) on rows permuted and "
     "quantized beforehand: the bound of the layer's GEMMs, no quantization, routing or combine",
     STEP_FLOOR: "the same two grouped GEMMs with a one-element torch launch wherever fused_experts launches a step "
@@ -126,15 +123,12 @@ def _same(out: torch.Tensor) -> torch.Tensor:
 # --- ours --------------------------------------------------------------------------------------------------------
 
 
-def ours(layout: str):
-    def prepare(inp: Inputs, w: Fp8Weights):
-        def run():
-            return fused_experts(inp.x, inp.topk_ids, inp.topk_weights, w.w13, w.w13_prepared, w.w2, w.w2_prepared,
-                                 layout=layout, backend=inp.backend)  # fmt: skip
+def ours(inp: Inputs, w: Fp8Weights):
+    def run():
+        return fused_experts(inp.x, inp.topk_ids, inp.topk_weights, w.w13, w.w13_prepared, w.w2, w.w2_prepared,
+                             layout="contiguous", backend=inp.backend)  # fmt: skip
 
-        return run, _same
-
-    return prepare
+    return run, _same
 
 
 def sort_by_expert(topk_ids: torch.Tensor, experts: int):
@@ -406,8 +400,7 @@ def deepgemm_pipeline_exact(inp: Inputs, w: Fp8Weights):
 
 
 PATHS: dict[str, Callable] = {
-    OURS_CONTIGUOUS: ours("contiguous"),
-    OURS_MASKED: ours("masked"),
+    OURS_CONTIGUOUS: ours,
     GROUPED_ALONE: grouped_alone,
     **{name: functools.partial(grouped_alone, step_launches=launches) for name, launches in STEP_FLOORS.items()},
     BF16_LOOP: bf16_loop,
