@@ -1,8 +1,8 @@
 """The arch manifest: every packages/<package>/arch.toml, the one place an arch package's facts live.
 
-Read by the recipe checks (ci/render_recipes.py), the offline solve (ci/conda_offline.py), the machine-code
-checks (ci/compare_sass.py, tests/test_build_cuda.py), the GPU script (ci/gpu/run.sh build), the pixi build
-tasks and the GPU tables of README.md and docs/install.md.
+Read by the recipes' generation and checks (ci/render_recipes.py), the offline solve (ci/conda_offline.py), the
+machine-code checks (ci/compare_sass.py, tests/test_build_cuda.py), the GPU script (ci/gpu/run.sh build), the pixi
+build tasks and the GPU tables of README.md and docs/install.md.
 
 python3 ci/arches.py tables             rewrite the generated GPU tables in README.md and docs/install.md
 python3 ci/arches.py tables --check     exit 1 when they differ from the manifest

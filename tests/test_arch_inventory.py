@@ -41,11 +41,27 @@ def test_package_declares_its_backend_and_builds_with_the_core(package):
     )
     assert "fp8gemm-core" in pyproject, f"packages/{package}/pyproject.toml: fp8gemm-core not in build requirements"
     cmake = read(f"packages/{package}/CMakeLists.txt")
-    assert "fp8gemm_arch_module(" in cmake, (
-        f"packages/{package}/CMakeLists.txt does not build its module with fp8gemm_arch_module() ({GUIDE})"
+    assert re.search(r"^fp8gemm_(cuda|hip)_arch_module\(", cmake, re.M), (
+        f"packages/{package}/CMakeLists.txt does not build its module with the core's fp8gemm_cuda_arch_module() or "
+        f"fp8gemm_hip_arch_module() ({GUIDE})"
     )
     backend = read(f"packages/{package}/src/{package.replace('-', '_')}/backend.py")
     assert "backend_from_module" in backend, f"{package}'s backend.py does not use fp8gemm.arch_module ({GUIDE})"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_scale_layout_multiple_is_stated_once_by_the_build(package):
+    """csrc/launch.hpp states kAScaleLdMultiple; the module binds it (fp8gemm/arch_module.hpp a_scale_ld_multiple(),
+    also the two-step linear entry's layout) and backend.py reads it from there: no second literal."""
+    assert re.search(r"^constexpr int kAScaleLdMultiple = \d+;", read(f"packages/{package}/csrc/launch.hpp"), re.M)
+    backend = code(f"packages/{package}/src/{package.replace('-', '_')}/backend.py")
+    assert "ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple())" in backend, (
+        f"{package}'s backend.py states its own multiple"
+    )
+    module = read(f"packages/{package}/csrc/module.cpp")
+    assert not re.search(r"define_two_step_linear_entry\([^;]*,\s*\d+\s*\)", module) and (
+        "define_arch_module(" in module or "define_a_scale_ld_multiple(" in module
+    ), f"packages/{package}/csrc/module.cpp does not bind kAScaleLdMultiple ({GUIDE})"
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -9,6 +9,7 @@ import sys
 import sysconfig
 
 import pytest
+from arch_module_checks import check_grouped_refusals, load_extension
 from isa import (
     ROOT,
     build_wheel,
@@ -192,6 +193,18 @@ def test_no_register_spills(built):
     for name, regs, stack, local in kernels:
         assert int(stack) == 0 and int(local) == 0, f"{name} spills: STACK {stack} LOCAL {local}"
         assert int(regs) <= 255
+
+
+def test_grouped_launch_refuses_on_the_host_what_the_core_header_refuses(built):
+    """fp8gemm/grouped_launch.hpp: one size bound and one message format for every arch. sm90a counts its persistent
+    grid's tiles after asking the device for its SM count, so its tile bound is past a GPU-less host's reach."""
+    package, module = built
+    check_grouped_refusals(load_extension(module), package, tiles_on_host=package != "fp8gemm-cuda-sm90a")
+
+
+def test_module_states_the_a_scale_layout_its_backend_reads(built):
+    """csrc/launch.hpp kAScaleLdMultiple, bound by fp8gemm/arch_module.hpp: MN-major A scales with 16-byte columns."""
+    assert load_extension(built[1]).a_scale_ld_multiple() == 4
 
 
 def test_binary_links_neither_torch_nor_the_cuda_runtime(built):

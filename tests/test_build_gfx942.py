@@ -14,7 +14,9 @@ import zipfile
 import fp8gemm
 import pytest
 import torch
+from arch_module_checks import check_grouped_refusals
 from fp8gemm import registry
+from fp8gemm.protocol import MN_MAJOR, ScaleLayout
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from isa import ROOT, build_wheel, exported_symbols, needed_libraries, require_tool
@@ -130,6 +132,8 @@ def test_backend_registers_and_is_chosen_for_an_mi300x(gfx942_dir, gfx942_module
         assert (
             ib.error is None and ib.backend.fp8_dtype == "float8_e4m3fnuz" and ib.distribution == "fp8gemm-rocm-gfx942"
         )
+        # backend.py reads the A-scale multiple from the module (csrc/launch.hpp kAScaleLdMultiple), which states it once
+        assert ib.backend.a_scale_layout == ScaleLayout(MN_MAJOR, 4) and gfx942_module.a_scale_ld_multiple() == 4
         mi300x = registry.DeviceInfo("rocm", "AMD Instinct MI300X", ("gfx942",), "gfx942:sramecc+:xnack-")
         monkeypatch.setattr(registry, "describe_device", lambda device: mi300x)
         registry.clear_caches()
@@ -137,6 +141,11 @@ def test_backend_registers_and_is_chosen_for_an_mi300x(gfx942_dir, gfx942_module
         assert fp8gemm.preferred_fp8_dtype("cpu") == torch.float8_e4m3fnuz
     finally:
         registry.installed_backends(refresh=True)
+
+
+def test_grouped_launch_refuses_on_the_host_what_the_core_header_refuses(gfx942_module):
+    """fp8gemm/grouped_launch.hpp: the size and tile bounds every arch shares, in one message format."""
+    check_grouped_refusals(gfx942_module, "fp8gemm-rocm-gfx942", tiles_on_host=True)
 
 
 @settings(max_examples=300, deadline=None)

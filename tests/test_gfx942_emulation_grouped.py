@@ -231,7 +231,9 @@ def test_row_ids_layout_is_refused_with_a_clear_error(emulator, mi300x):
     p = CONTIGUOUS[0]
     x = make_inputs(p)
     buffer, out = guarded_out(p, torch.float32)
-    with pytest.raises(test_gfx942_emulation.gfx942_emulator.EmulationError, match="grouped layout 2 is not supported"):
+    with pytest.raises(
+        test_gfx942_emulation.gfx942_emulator.EmulationError, match="grouped_launch: layout 2 is not supported"
+    ):
         launch(mi300x, p, x, out, layout=GROUPED_ROW_IDS)
     assert torch.isnan(buffer).all()
 

@@ -1,8 +1,6 @@
 // Host side: picks the plan (heuristics.hpp), launches the kernel(s) on the caller's stream.
 #include <cuda_runtime.h>
 
-#include <mutex>
-
 #include "fp8gemm/cuda/device.hpp"
 #include "fp8gemm/cuda/reduce_splits.cuh"
 #include "gemm_kernel.cuh"
@@ -16,12 +14,7 @@ constexpr fp8gemm::cuda::Devices kDevices("fp8gemm-cuda-sm120");
 template <int WARPS_M, int STAGES>
 void launch_tiles(const Params& p, int m, int n, int splits, cudaStream_t stream, int dev) {
   using T = Traits<WARPS_M, STAGES>;
-  static std::once_flag configured[fp8gemm::cuda::kMaxDevices];  // the >48 KB shared-memory opt-in is per device
-  std::call_once(configured[dev], [] {
-    kDevices.check(cudaFuncSetAttribute(gemm_kernel<WARPS_M, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        T::kSmemBytes),
-                   "cudaFuncSetAttribute");
-  });
+  kDevices.allow_shared_memory<gemm_kernel<WARPS_M, STAGES>>(dev, T::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(ceil_div(n, kBlockN)), static_cast<unsigned>(ceil_div(m, T::kBlockM)), splits);
   gemm_kernel<WARPS_M, STAGES><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
 }

@@ -1,12 +1,13 @@
-// This package's entry points: the protocol's launch, workspace_bytes and quantize, declared in the core, and the
-// grouped entry (grouped.cu; module.cpp binds it through define_grouped_entry): contiguous and masked layouts.
+// This package's entry points, declared in the core (fp8gemm/arch_entry.hpp): launch.cu, quantize.cu, grouped.cu
+// (contiguous and masked layouts) and moe.cu define them; module.cpp binds them all (fp8gemm/arch_module.hpp).
 #pragma once
 #define FP8GEMM_ARCH_NAMESPACE fp8gemm_sm120
 #include "fp8gemm/arch_entry.hpp"
 
 namespace fp8gemm_sm120 {
 
-void grouped_launch(const fp8gemm::GroupedArgs& args);
-int64_t grouped_workspace_bytes(int layout, int64_t m, int64_t n, int64_t k, int64_t groups);
+// A scales: MN-major with 16-byte columns, as the kernel copies a tile's A scales with 16-byte cp.async; the module
+// states it (a_scale_ld_multiple()) and backend.py reads it from there.
+constexpr int kAScaleLdMultiple = 4;
 
 }  // namespace fp8gemm_sm120

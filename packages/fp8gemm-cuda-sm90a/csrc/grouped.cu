@@ -1,11 +1,9 @@
-// Host side of the grouped GEMMs: checks the sizes (group_rows is the device's to clamp), picks the tile
+// Host side of the grouped GEMMs: checks the sizes (fp8gemm/grouped_launch.hpp), picks the tile
 // (heuristics.hpp grouped_plan_for), encodes 3-D tensor maps whose third coordinate is the group and launches the
 // grouped kernel (gemm_kernel with GemmType::kGrouped) once on the caller's stream.
-#include <climits>
-#include <stdexcept>
-#include <string>
 #include <utility>
 
+#include "fp8gemm/grouped_launch.hpp"
 #include "launch_tiles.cuh"
 
 namespace fp8gemm_sm90a {
@@ -18,11 +16,7 @@ void launch_grouped_tile(const fp8gemm::GroupedArgs& a, Params p, const GroupedP
   constexpr int kCluster = kTile.cluster;
   using C = KernelTraits<kTile.rows, kTile.cols, kCluster, kTile.loop, GemmType::kGrouped>;
   constexpr auto kernel = gemm_kernel<kTile.rows, kTile.cols, kCluster, kTile.loop, GemmType::kGrouped>;
-  static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
-  std::call_once(configured[dev], [&] {
-    kDevices.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes),
-                   "cudaFuncSetAttribute");
-  });
+  kDevices.allow_shared_memory<kernel>(dev, C::kSmemBytes);
   const bool masked = a.layout == fp8gemm::kGroupedMasked;
   const int64_t rows = a.m, a_groups = masked ? a.groups : 1, kb = a.k / kBlockK;
   // As the dense launch: rows of A fewer than a tile are loaded as a box of just those rows; a cluster's CTAs
@@ -65,25 +59,15 @@ void launch_grouped_index(int index, const fp8gemm::GroupedArgs& a, const Params
 
 }  // namespace
 
-int64_t grouped_workspace_bytes(int, int64_t, int64_t, int64_t, int64_t) { return 0; }  // no split-K
-
 void grouped_launch_tile(const fp8gemm::GroupedArgs& args, int tile_index) {
+  if (!fp8gemm::grouped_launch_has_work(args, kDevices.package())) return;
   const bool masked = args.layout == fp8gemm::kGroupedMasked;
-  if (!masked && args.layout != fp8gemm::kGroupedContiguous)
-    throw std::invalid_argument("fp8gemm-cuda-sm90a: grouped layout " + std::to_string(args.layout) +
-                                " is not supported (contiguous and masked are)");
-  // Rows, tile indices and TMA coordinates are ints on the device.
-  if (args.m < 0 || args.groups < 0 || args.m > INT_MAX - 256 || args.groups > INT_MAX || args.n > INT_MAX ||
-      args.k > INT_MAX)
-    throw std::invalid_argument("fp8gemm-cuda-sm90a: grouped sizes must lie in [0, 2^31 - 256)");
-  if (args.m == 0 || args.groups == 0 || args.n == 0) return;  // nothing to write
   const int dev = kDevices.current();
   const int sms = kDevices.sm_count(dev);
   const GroupedPlan plan =
       tile_index < 0 ? grouped_plan_for(masked, args.m, args.n, args.k, args.groups, args.expected_m, sms)
                      : grouped_plan_with(kGroupedTiles[tile_index], masked, args.m, args.n, args.groups, sms);
-  if (plan.row_tiles * plan.n_blocks > INT_MAX - plan.grid)
-    throw std::invalid_argument("fp8gemm-cuda-sm90a: grouped GEMM of more than 2^31 tiles");
+  fp8gemm::check_grouped_tiles(plan.row_tiles, plan.n_blocks, plan.grid, kDevices.package());
   Params p{};
   p.out = reinterpret_cast<void*>(args.out);
   p.b_scale = reinterpret_cast<const float*>(args.b_scale);

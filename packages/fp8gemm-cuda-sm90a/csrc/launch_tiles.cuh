@@ -18,9 +18,9 @@
 namespace fp8gemm_sm90a {
 
 // Internal linkage: the helpers of a header that several translation units include, each TU with its own
-// copies of their function-local statics (the once-per-device shared-memory opt-in). Another build of the
+// copies of their function-local statics (the once-per-device cluster occupancy). Another build of the
 // module loaded into the same process cannot share them either way: the module exports PyInit__C only
-// (CMakeLists.txt).
+// (the core's fp8gemm_arch_module.cmake).
 namespace {
 
 constexpr fp8gemm::cuda::Devices kDevices("fp8gemm-cuda-sm90a");
@@ -116,10 +116,7 @@ void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaS
   constexpr int kSub = C::kSub;
   const int grid = plan.grid;
   constexpr auto kernel = gemm_kernel<kTile.rows, kTile.cols, kTile.cluster, kTile.loop>;
-  static std::once_flag configured[kMaxDevices];  // the >48 KB shared-memory opt-in is per device
-  std::call_once(configured[dev], [&] {
-    kDevices.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes), "cudaFuncSetAttribute");
-  });
+  kDevices.allow_shared_memory<kernel>(dev, C::kSmemBytes);
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   // Clustered tiles load half of the shared operand each (A along N, B along M) and multicast it.
   constexpr int kRowsA = C::kAlongN ? C::kBlockM / kCluster : C::kBlockM;

@@ -1,12 +1,13 @@
-// Python binding: the protocol's module (fp8gemm/backend_module.hpp), no libtorch.
+// Python binding: the protocol's module (fp8gemm/arch_module.hpp), no libtorch.
+#include "launch.hpp"  // first: it names the namespace fp8gemm/arch_module.hpp binds
+
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>
 #include <string>
 
-#include "fp8gemm/backend_module.hpp"
+#include "fp8gemm/arch_module.hpp"
 #include "fp8gemm/build_info.hpp"
-#include "launch.hpp"
 #include "tile_config.hpp"
 
 namespace {
@@ -39,13 +40,7 @@ pybind11::dict build_info() {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
-  fp8gemm::define_backend_module(m, &fp8gemm_sm90a::launch, &fp8gemm_sm90a::workspace_bytes, &build_info);
-  fp8gemm::define_quantize_entry(m, &fp8gemm_sm90a::quantize);
-  // A scales: MN-major with 16-byte columns (its backend.py's a_scale_layout).
-  fp8gemm::define_two_step_linear_entry(m, &fp8gemm_sm90a::quantize, &fp8gemm_sm90a::launch, &fp8gemm_sm90a::workspace_bytes, 4);
-  fp8gemm::define_grouped_entry(m, &fp8gemm_sm90a::grouped_launch, &fp8gemm_sm90a::grouped_workspace_bytes);
-  fp8gemm::define_moe_entry(m, &fp8gemm_sm90a::moe_route, &fp8gemm_sm90a::moe_activation, &fp8gemm_sm90a::moe_combine,  // fused_experts' steps
-                            &fp8gemm_sm90a::moe_workspace_bytes);
+  fp8gemm::define_arch_module(m, &build_info);
   // Not part of the protocol: the tests run every compiled grouped kernel, not only those the plan picks.
   m.def("grouped_tiles", [] {
     pybind11::list tiles;

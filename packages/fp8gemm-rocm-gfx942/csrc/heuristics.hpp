@@ -52,15 +52,8 @@ struct GroupedGeometry {
 };
 
 inline GroupedGeometry grouped_geometry(bool masked, int64_t m, int64_t n, int64_t groups, int64_t expected_m) {
-  GroupedGeometry g{TileConfig::M128, 128, 0, 0, 0};
-  if (m < 1 || groups < 1) return g;  // nothing to launch
-  const int64_t rows = fp8gemm::grouped_rows_hint(masked, m, groups, expected_m);
-  g.config = rows <= 32 ? TileConfig::M32 : TileConfig::M128;
-  g.block_m = rows <= 32 ? 32 : 128;
-  g.grid_x = ceil_div(n, kBlockN);
-  g.tiles_per_group = masked ? ceil_div(m, g.block_m) : 0;
-  g.grid_y = fp8gemm::grouped_row_tiles(masked, m, groups, g.block_m);
-  return g;
+  const fp8gemm::GroupedGrid g = fp8gemm::grouped_grid(masked, m, n, groups, expected_m, 32, 128, kBlockN);
+  return {g.small ? TileConfig::M32 : TileConfig::M128, g.block_m, g.n_tiles, g.row_tiles, g.tiles_per_group};
 }
 
 }  // namespace fp8gemm_gfx942

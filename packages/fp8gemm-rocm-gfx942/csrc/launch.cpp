@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "fp8gemm/grouped_launch.hpp"
 #include "fp8gemm/moe_launch.hpp"
 #include "launch.hpp"
 
@@ -13,16 +14,17 @@ namespace fp8gemm_gfx942 {
 namespace {
 
 constexpr int kMaxDevices = 64;
+constexpr const char* kPackage = "fp8gemm-rocm-gfx942";
 
 void check(int err, const char* what) {
   if (err != hipSuccess)
-    throw std::runtime_error(std::string("fp8gemm-rocm-gfx942: ") + what + ": " + hipGetErrorString(static_cast<hipError_t>(err)));
+    throw std::runtime_error(std::string(kPackage) + ": " + what + ": " + hipGetErrorString(static_cast<hipError_t>(err)));
 }
 
 int current_device() {
   int dev = 0;
   check(hipGetDevice(&dev), "hipGetDevice");
-  if (dev < 0 || dev >= kMaxDevices) throw std::runtime_error("fp8gemm-rocm-gfx942: device index out of range");
+  if (dev < 0 || dev >= kMaxDevices) throw std::runtime_error(std::string(kPackage) + ": device index out of range");
   return dev;
 }
 
@@ -50,19 +52,11 @@ void launch(const fp8gemm::LaunchArgs& args) {
   }
 }
 
-int64_t grouped_workspace_bytes(int, int64_t, int64_t, int64_t, int64_t) { return 0; }  // no split-K
-
 void grouped_launch(const fp8gemm::GroupedArgs& args) {
-  if (args.layout != fp8gemm::kGroupedContiguous && args.layout != fp8gemm::kGroupedMasked)
-    throw std::invalid_argument("fp8gemm-rocm-gfx942: grouped layout " + std::to_string(args.layout) +
-                                " is not supported (contiguous and masked are)");
-  if (args.m < 0 || args.groups < 0 || args.m > INT_MAX || args.groups > INT_MAX || args.n > INT_MAX || args.k > INT_MAX)
-    throw std::invalid_argument("fp8gemm-rocm-gfx942: grouped sizes must lie in [0, 2^31)");
-  if (args.m == 0 || args.groups == 0) return;  // no rows: nothing to write
+  if (!fp8gemm::grouped_launch_has_work(args, kPackage)) return;
   const GroupedGeometry g = grouped_geometry(args.layout == fp8gemm::kGroupedMasked, args.m, args.n, args.groups,
                                              args.expected_m);
-  if (g.grid_y > INT_MAX || g.grid_x > INT_MAX)
-    throw std::invalid_argument("fp8gemm-rocm-gfx942: grouped GEMM of more than 2^31 row tiles");
+  fp8gemm::check_grouped_tiles(g.grid_y, g.grid_x, 0, kPackage);
   check(enqueue_grouped(fp8gemm::grouped_params(args, g.tiles_per_group, g.grid_y), g, reinterpret_cast<void*>(args.stream)), "grouped GEMM kernel launch");
 }
 
@@ -76,8 +70,6 @@ int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts) {
 }
 
 namespace {
-
-constexpr const char* kPackage = "fp8gemm-rocm-gfx942";
 
 // False: an empty grid, nothing to launch.
 bool moe_grid_fits(const fp8gemm::MoeGrid& g, const char* entry) {

@@ -1,9 +1,10 @@
-// This package's entry points, on the protocol's LaunchArgs (fp8gemm/backend.hpp), and the kernels'.
+// This package's entry points (declared in the core: fp8gemm/arch_entry.hpp; launch.cpp defines them, module.cpp
+// binds them through fp8gemm/arch_module.hpp) and its kernels' enqueue functions.
 #pragma once
 #include <cstdint>
 
 #define FP8GEMM_ARCH_NAMESPACE fp8gemm_gfx942
-#include "fp8gemm/arch_entry.hpp"  // launch, workspace_bytes, quantize
+#include "fp8gemm/arch_entry.hpp"
 #include "fp8gemm/gemm_params.hpp"
 #include "fp8gemm/grouped_params.hpp"
 #include "fp8gemm/moe_steps.cuh"
@@ -12,15 +13,15 @@
 
 namespace fp8gemm_gfx942 {
 
+// A scales: MN-major (a tile's row scales contiguous per K block), columns padded to 16 bytes; the module states it
+// (a_scale_ld_multiple()) and backend.py reads it from there.
+constexpr int kAScaleLdMultiple = 4;
+
 using Params = fp8gemm::GemmParams;  // A and B FP8 e4m3fnuz
 
 using GroupedParams = fp8gemm::GroupedParams;
 
 int cu_count();
-
-// The grouped entry (csrc/module.cpp binds it through define_grouped_entry): contiguous and masked layouts.
-void grouped_launch(const fp8gemm::GroupedArgs& args);
-int64_t grouped_workspace_bytes(int layout, int64_t m, int64_t n, int64_t k, int64_t groups);
 
 // Defined in kernels.hip: enqueue the GEMM tiles / the split-K reduction; return a hipError_t.
 int enqueue_gemm(const Params& p, const Geometry& g, void* stream);

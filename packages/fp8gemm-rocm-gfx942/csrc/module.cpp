@@ -1,7 +1,8 @@
-// Python binding: no libtorch, only integers in (see fp8gemm.protocol.LaunchFn).
-#include "fp8gemm/backend_module.hpp"
+// Python binding: the protocol's module (fp8gemm/arch_module.hpp), no libtorch, only integers in.
+#include "launch.hpp"  // first: it names the namespace fp8gemm/arch_module.hpp binds
+
+#include "fp8gemm/arch_module.hpp"
 #include "fp8gemm/build_info.hpp"
-#include "launch.hpp"
 
 namespace py = pybind11;
 using namespace fp8gemm_gfx942;
@@ -37,12 +38,7 @@ py::dict grouped_plan(bool masked, int64_t m, int64_t n, int64_t groups, int64_t
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
-  fp8gemm::define_backend_module(m, &launch, &workspace_bytes, &build_info);
-  fp8gemm::define_quantize_entry(m, &quantize);
-  // A scales: MN-major with 16-byte columns (its backend.py's a_scale_layout).
-  fp8gemm::define_two_step_linear_entry(m, &quantize, &launch, &workspace_bytes, 4);
-  fp8gemm::define_grouped_entry(m, &grouped_launch, &grouped_workspace_bytes);
-  fp8gemm::define_moe_entry(m, &moe_route, &moe_activation, &moe_combine, &moe_workspace_bytes);  // fused_experts' steps
+  fp8gemm::define_arch_module(m, &build_info);
   m.def("grouped_plan", &grouped_plan, "Grouped launch geometry for (masked, m, n, groups, expected_m)");
   m.def("plan", &plan, "Launch geometry for (m, n, k) on a GPU with `cus` compute units");
 }

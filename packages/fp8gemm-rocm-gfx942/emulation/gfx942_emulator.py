@@ -123,6 +123,9 @@ class Emulator:
     def protocol_version(self) -> int:
         return self.kernels.fp8gemm_gfx942_emu_protocol_version()
 
+    def a_scale_ld_multiple(self) -> int:
+        return self.kernels.fp8gemm_gfx942_emu_a_scale_ld_multiple()
+
     def args_sizes(self) -> dict[str, int]:
         return {
             "launch": self.kernels.fp8gemm_gfx942_emu_args_size(0),
@@ -250,20 +253,17 @@ class Emulator:
         )
 
 
+# What the package's module defines (fp8gemm/arch_module.hpp) besides build_info, each an Emulator method here.
+MODULE_ENTRIES = ("protocol_version", "args_sizes", "a_scale_ld_multiple", "launch", "workspace_bytes", "quantize",
+                  "grouped_launch", "grouped_workspace_bytes", "moe_route", "moe_activation", "moe_combine",
+                  "moe_workspace_bytes")  # fmt: skip
+
+
 def _emulated_extension(emulator: Emulator) -> types.ModuleType:
     """Stands in for the package's compiled ``_C`` module (csrc/module.cpp)."""
     module = types.ModuleType("_C")
-    module.protocol_version = emulator.protocol_version
-    module.args_sizes = emulator.args_sizes
-    module.launch = emulator.launch
-    module.workspace_bytes = emulator.workspace_bytes
-    module.quantize = emulator.quantize
-    module.grouped_launch = emulator.grouped_launch
-    module.grouped_workspace_bytes = emulator.grouped_workspace_bytes
-    module.moe_route = emulator.moe_route
-    module.moe_activation = emulator.moe_activation
-    module.moe_combine = emulator.moe_combine
-    module.moe_workspace_bytes = emulator.moe_workspace_bytes
+    for entry in MODULE_ENTRIES:
+        setattr(module, entry, getattr(emulator, entry))
     module.build_info = lambda: {
         "compiler": find_compiler() or "",
         "targets": "gfx942",  # what the kernels are written for; build_info's "emulated" says where they run

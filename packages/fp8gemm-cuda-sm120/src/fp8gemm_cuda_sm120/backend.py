@@ -9,9 +9,9 @@ from . import __version__
 def load() -> Backend:
     from . import _C  # an ImportError here is reported by `fp8gemm info`, not swallowed
 
-    # The kernel copies a tile's A scales with 16-byte cp.async: MN-major, columns 16-byte aligned. Grouped GEMMs:
-    # contiguous and masked layouts, one launch each (csrc/grouped_kernel.cuh).
+    # A's scales: MN-major, leading dimension a multiple of the module's a_scale_ld_multiple() (csrc/module.cpp).
+    # Grouped GEMMs: contiguous and masked layouts, one launch each (csrc/grouped_kernel.cuh).
     return backend_from_module(_C, name="sm120", package="fp8gemm-cuda-sm120", version=__version__,
-                               fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, 4),
+                               fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple()),
                                b_scale_layout=ScaleLayout(K_MAJOR, 1),
                                grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED))  # fmt: skip

@@ -9,9 +9,9 @@ from . import __version__
 def load() -> Backend:
     from . import _C  # an ImportError here is reported by `fp8gemm info`, not swallowed
 
-    # A's scales arrive by TMA as one row of the MN-major matrix per K block: 16-byte row stride. Grouped GEMMs:
-    # contiguous and masked layouts, one persistent launch each (csrc/grouped.cu).
+    # A's scales: MN-major, leading dimension a multiple of the module's a_scale_ld_multiple() (csrc/module.cpp).
+    # Grouped GEMMs: contiguous and masked layouts, one persistent launch each (csrc/grouped.cu).
     return backend_from_module(_C, name="sm90a", package="fp8gemm-cuda-sm90a", version=__version__,
-                               fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, 4),
+                               fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple()),
                                b_scale_layout=ScaleLayout(K_MAJOR, 1), priority=10,
                                grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED))  # fmt: skip

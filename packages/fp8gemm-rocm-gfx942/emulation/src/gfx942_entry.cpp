@@ -1,11 +1,13 @@
 // C entry points of the emulated gfx942 backend: the package's own launch(), workspace_bytes(), quantize(),
-// grouped_launch(), grouped_workspace_bytes(), moe_route(), moe_activation(), moe_combine() and moe_workspace_bytes()
-// (csrc/launch.cpp) behind the protocol's argument structs (read and checked as the package's module reads them),
-// with C++ exceptions turned into an error code and the emulator's last error.
+// grouped_launch(), moe_route(), moe_activation(), moe_combine() and moe_workspace_bytes() (csrc/launch.cpp), and the
+// module's a_scale_ld_multiple() and grouped_workspace_bytes(), behind the protocol's argument structs (read and
+// checked as the package's module reads them), with C++ exceptions turned into an error code and the emulator's last
+// error.
 #include <cstdint>
 #include <exception>
 
 #include "hip/hip_runtime_api.h"  // the kernel-language keywords of launch.hpp's headers, as launch.cpp has them
+#include "fp8gemm/grouped_launch.hpp"
 #include "fp8gemm/wire.hpp"
 #include "launch.hpp"
 
@@ -33,6 +35,8 @@ int wire_entry(uintptr_t args, const char* name, Entry entry) {
 }  // namespace
 
 extern "C" uint32_t fp8gemm_gfx942_emu_protocol_version() { return fp8gemm::kProtocolVersion; }
+
+extern "C" int fp8gemm_gfx942_emu_a_scale_ld_multiple() { return fp8gemm_gfx942::kAScaleLdMultiple; }
 
 // 0 launch, 1 quantize, 2 grouped_launch, 3 moe_route, 4 moe_activation, 5 moe_combine
 extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {
@@ -65,7 +69,7 @@ extern "C" int fp8gemm_gfx942_emu_grouped_launch(uintptr_t args) {
 
 extern "C" int64_t fp8gemm_gfx942_emu_grouped_workspace_bytes(int layout, int64_t m, int64_t n, int64_t k,
                                                               int64_t groups) {
-  return guarded([&] { return fp8gemm_gfx942::grouped_workspace_bytes(layout, m, n, k, groups); }, int64_t{-1});
+  return fp8gemm::no_grouped_workspace(layout, m, n, k, groups);  // as the module's grouped entry (module.cpp)
 }
 
 extern "C" int fp8gemm_gfx942_emu_moe_route(uintptr_t args) {

@@ -9,9 +9,10 @@ from . import __version__
 def load() -> Backend:
     from . import _C  # an ImportError here is reported by `fp8gemm info`, not swallowed
 
-    # FP8 e4m3fnuz: MI300X's FP8 (max 240), what its MFMA FP8 instructions read; a tile's row scales are
-    # contiguous per K block. Grouped GEMMs: contiguous and masked layouts, one launch each (csrc/grouped.hip).
+    # FP8 e4m3fnuz: MI300X's FP8 (max 240), what its MFMA FP8 instructions read. A's scales: MN-major, leading
+    # dimension a multiple of the module's a_scale_ld_multiple() (csrc/module.cpp). Grouped GEMMs: contiguous and
+    # masked layouts, one launch each (csrc/grouped.hip).
     return backend_from_module(_C, name="gfx942", package="fp8gemm-rocm-gfx942", version=__version__,
-                               fp8_dtype="float8_e4m3fnuz", a_scale_layout=ScaleLayout(MN_MAJOR, 4),
+                               fp8_dtype="float8_e4m3fnuz", a_scale_layout=ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple()),
                                b_scale_layout=ScaleLayout(K_MAJOR, 1),
                                grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED))  # fmt: skip

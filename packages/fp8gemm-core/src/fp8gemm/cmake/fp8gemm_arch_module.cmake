@@ -1,17 +1,26 @@
-# What every fp8gemm arch package's build shares, shipped with fp8gemm-core (fp8gemm.get_cmake_dir()):
+# What every fp8gemm arch package's build shares, shipped with fp8gemm-core (fp8gemm.get_cmake_dir()). An arch
+# package's CMakeLists.txt finds this file, then makes one call, named by its platform; its project() name is the
+# Python package:
+#
+#   fp8gemm_cuda_arch_module(CUDA_ARCH <90a, 120, ...> NVCC <minimum nvcc version>
+#                            SOURCES <binding .cpp ...> CUDA_SOURCES <.cu ...>)
+#     nvcc (refused, naming what to install, when missing or older), machine code for sm_<CUDA_ARCH> only.
+#   fp8gemm_hip_arch_module(OFFLOAD_ARCH <gfx942:sramecc+:xnack-, ...> SOURCES <host .cpp ...>
+#                           HIP_SOURCES <.hip ...> INCLUDES <folders>)
+#     each .hip compiled by FP8GEMM_HIP_COMPILER (hipcc, or clang++ 19+ with FP8GEMM_HEADER_LIGHT=ON: no HIP
+#     headers) into the host object linked into _C, and its bare device code object kept for ISA inspection
+#     (isa/<unit>-<target>.elf) with the compiler's register/LDS/scratch report (isa/<unit>-resource-usage.txt).
+#
+# Both build the extension `_C` through
 #
 #   fp8gemm_arch_module(PACKAGE <python package> TARGETS <sm_90a,...> ARCH_FLAGS <flags shown by fp8gemm info>
 #                       COMPILER <compiler and version> SOURCES <binding .cpp ...>
 #                       [CUDA_SOURCES <.cu ...>] [OBJECTS <prebuilt objects>] [INCLUDES ...] [LIBRARIES ...])
 #
-# builds the extension `_C` of <python package>: pybind11, no libtorch; CUDA_SOURCES compiled by nvcc into a
-# static library with cudart linked statically (the module needs only the driver at run time); every symbol
-# but PyInit__C hidden, so two builds of one package load into one process (tests/test_build_*.py); the
-# core's include folder (FP8GEMM_INCLUDE) on every include path; build_info's macros (fp8gemm/build_info.hpp).
-#   fp8gemm_enable_cuda(<package> <minimum nvcc version>)      before fp8gemm_arch_module in a CUDA package
-#   fp8gemm_require_hip_compiler(<package> <compiler>)        before the HIP compile commands of a ROCm package
-#
-# stop the build at once, naming what to install, when the GPU compiler is missing or too old.
+# pybind11, no libtorch; CUDA_SOURCES compiled by nvcc into a static library with cudart linked statically (the
+# module needs only the driver at run time); every symbol but PyInit__C hidden, so two builds of one package load
+# into one process (tests/test_build_*.py); the core's include folder (FP8GEMM_INCLUDE) on every include path;
+# build_info's macros (fp8gemm/build_info.hpp).
 include_guard(GLOBAL)
 
 set(FP8GEMM_PYPI_NVCC "nvidia-cuda-nvcc nvidia-cuda-crt nvidia-nvvm nvidia-cuda-runtime nvidia-cuda-cccl")
@@ -42,6 +51,7 @@ function(fp8gemm_require_hip_compiler package compiler)
       "6.3 (conda: hipcc, hip-devel, rocm-device-libs) or clang-19 and libamdhip64 (docs/install.md).")
   endif()
 endfunction()
+
 set(CMAKE_CXX_STANDARD 17)
 set(CMAKE_CUDA_STANDARD 17)
 find_package(Python REQUIRED COMPONENTS Interpreter Development.Module)
@@ -77,4 +87,75 @@ function(fp8gemm_arch_module)
   file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/exports.map "{ global: PyInit__C; local: *; };\n")
   target_link_options(_C PRIVATE "LINKER:--version-script=${CMAKE_CURRENT_BINARY_DIR}/exports.map")
   install(TARGETS _C LIBRARY DESTINATION ${ARG_PACKAGE})
+endfunction()
+
+# A macro, as fp8gemm_enable_cuda is: enable_language must run in the CMakeLists' own scope.
+macro(fp8gemm_cuda_arch_module)
+  cmake_parse_arguments(_FP8GEMM_CUDA "" "CUDA_ARCH;NVCC" "SOURCES;CUDA_SOURCES" ${ARGN})
+  set(CMAKE_CUDA_ARCHITECTURES "${_FP8GEMM_CUDA_CUDA_ARCH}-real")
+  string(REPLACE "_" "-" _FP8GEMM_CUDA_DISTRIBUTION "${PROJECT_NAME}")
+  fp8gemm_enable_cuda(${_FP8GEMM_CUDA_DISTRIBUTION} ${_FP8GEMM_CUDA_NVCC})
+  fp8gemm_arch_module(
+    PACKAGE ${PROJECT_NAME}
+    TARGETS "sm_${_FP8GEMM_CUDA_CUDA_ARCH}"
+    ARCH_FLAGS "-gencode arch=compute_${_FP8GEMM_CUDA_CUDA_ARCH},code=sm_${_FP8GEMM_CUDA_CUDA_ARCH}"
+    COMPILER "nvcc ${CMAKE_CUDA_COMPILER_VERSION}"
+    SOURCES ${_FP8GEMM_CUDA_SOURCES}
+    CUDA_SOURCES ${_FP8GEMM_CUDA_CUDA_SOURCES})
+endmacro()
+
+# The device code is compiled by a HIP-capable clang: ROCm's hipcc (conda recipe, pixi rocm63) or Debian's clang++-19
+# (CI, ISA checks). One explicit command serves both, without CMake's HIP language (which needs a full ROCm install).
+function(fp8gemm_hip_arch_module)
+  cmake_parse_arguments(ARG "" "OFFLOAD_ARCH" "SOURCES;HIP_SOURCES;INCLUDES" ${ARGN})
+  set(FP8GEMM_HIP_COMPILER "hipcc" CACHE STRING "hipcc, or a clang++ with HIP support (e.g. clang++-19)")
+  option(FP8GEMM_HEADER_LIGHT "compile the kernels without HIP headers (-nogpuinc -nogpulib)" OFF)
+  string(REPLACE "_" "-" distribution "${PROJECT_NAME}")
+  fp8gemm_require_hip_compiler(${distribution} ${FP8GEMM_HIP_COMPILER})
+  find_path(HIP_INCLUDE_DIR hip/hip_runtime_api.h HINTS $ENV{ROCM_PATH}/include $ENV{CONDA_PREFIX}/include /opt/rocm/include)
+  find_library(AMDHIP64 amdhip64 HINTS $ENV{ROCM_PATH}/lib $ENV{CONDA_PREFIX}/lib /opt/rocm/lib REQUIRED)
+  string(REGEX REPLACE ":.*" "" target "${ARG_OFFLOAD_ARCH}")
+  set(hip_flags -x hip -std=c++17 -O3 -fPIC --offload-arch=${ARG_OFFLOAD_ARCH})
+  set(headers)
+  foreach(dir ${ARG_INCLUDES})
+    get_filename_component(dir "${dir}" ABSOLUTE)
+    list(APPEND hip_flags -I${dir})
+    file(GLOB dir_headers "${dir}/*.hpp")
+    list(APPEND headers ${dir_headers})
+  endforeach()
+  list(APPEND hip_flags -I${FP8GEMM_INCLUDE})
+  if(FP8GEMM_HEADER_LIGHT)
+    list(APPEND hip_flags -nogpuinc -nogpulib)
+  else()
+    list(APPEND hip_flags -DFP8GEMM_HIP_HEADERS -I${HIP_INCLUDE_DIR})
+  endif()
+  set(device_objects)
+  set(isa_files)
+  foreach(source ${ARG_HIP_SOURCES})
+    get_filename_component(unit "${source}" NAME_WE)
+    get_filename_component(source "${source}" ABSOLUTE)
+    set(obj ${CMAKE_CURRENT_BINARY_DIR}/${unit}.o)
+    set(elf ${CMAKE_CURRENT_BINARY_DIR}/${unit}-${target}.elf)
+    set(report ${CMAKE_CURRENT_BINARY_DIR}/${unit}-resource-usage.txt)
+    add_custom_command(
+      OUTPUT ${obj} ${elf} ${report}
+      COMMAND ${FP8GEMM_HIP_COMPILER} ${hip_flags} -c ${source} -o ${obj}
+      COMMAND ${FP8GEMM_HIP_COMPILER} ${hip_flags} --cuda-device-only --no-gpu-bundle-output
+              -Rpass-analysis=kernel-resource-usage -c ${source} -o ${elf} 2> ${report}
+      DEPENDS ${source} ${headers}
+      COMMENT "HIP device code for ${ARG_OFFLOAD_ARCH}: ${unit}.hip")
+    list(APPEND device_objects ${obj})
+    list(APPEND isa_files ${elf} ${report})
+  endforeach()
+  fp8gemm_arch_module(
+    PACKAGE ${PROJECT_NAME}
+    TARGETS "${target}"
+    ARCH_FLAGS "--offload-arch=${ARG_OFFLOAD_ARCH}"
+    COMPILER "${FP8GEMM_HIP_COMPILER}"
+    SOURCES ${ARG_SOURCES}
+    OBJECTS ${device_objects}
+    INCLUDES ${ARG_INCLUDES} ${HIP_INCLUDE_DIR}
+    LIBRARIES ${AMDHIP64})
+  target_compile_definitions(_C PRIVATE __HIP_PLATFORM_AMD__)
+  install(FILES ${isa_files} DESTINATION ${PROJECT_NAME}/isa)
 endfunction()

@@ -19,6 +19,8 @@ void launch(const fp8gemm::LaunchArgs& args);
 int64_t workspace_bytes(int64_t m, int64_t n, int64_t k);
 // One activation quantization on args.stream (fp8gemm::QuantizeArgs).
 void quantize(const fp8gemm::QuantizeArgs& args);
+// One grouped GEMM on args.stream, contiguous or masked, after fp8gemm/grouped_launch.hpp's checks (no workspace).
+void grouped_launch(const fp8gemm::GroupedArgs& args);
 // The step kernels of fused_experts' pipeline on args.stream (fp8gemm/backend.hpp's Moe*Args, fp8gemm/moe_steps.cuh),
 // and the device bytes the route step needs in args.workspace for (tokens, top_k, experts).
 void moe_route(const fp8gemm::MoeRouteArgs& args);

@@ -1,15 +1,17 @@
 // The Python module every arch package exposes to the core (pybind11, no libtorch):
 //   launch(args), workspace_bytes(m, n, k), build_info() -> dict, protocol_version(), args_sizes() -> dict, and
-//   optionally quantize(args) and linear(args) with linear_workspace_bytes(m, n, k, in_kind), and grouped_launch(args)
-//   with grouped_workspace_bytes(layout, m, n, k, groups), and moe_route(args), moe_activation(args) and
-//   moe_combine(args) with moe_workspace_bytes(tokens, top_k, experts). Each `args` is the address of a Wire<...Args>
-//   (fp8gemm/backend.hpp) that the core packed through its mirror (fp8gemm/protocol.py).
+//   optionally quantize(args) and linear(args) with linear_workspace_bytes(m, n, k, in_kind), grouped_launch(args)
+//   with grouped_workspace_bytes(layout, m, n, k, groups), moe_route(args), moe_activation(args) and
+//   moe_combine(args) with moe_workspace_bytes(tokens, top_k, experts), and a_scale_ld_multiple(). Each `args` is
+//   the address of a Wire<...Args> (fp8gemm/backend.hpp) that the core packed through its mirror (fp8gemm/protocol.py).
 // An arch package's binding is then one line per entry:
 //   PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &my::launch, &my::workspace_bytes, my::build_info); }
+// or, for an arch with every entry of fp8gemm/arch_entry.hpp, one line in all (fp8gemm/arch_module.hpp).
 #pragma once
 #include <pybind11/pybind11.h>
 
 #include "fp8gemm/backend.hpp"
+#include "fp8gemm/grouped_launch.hpp"
 #include "fp8gemm/linear_steps.hpp"
 #include "fp8gemm/wire.hpp"
 
@@ -58,7 +60,7 @@ void define_linear_entry(pybind11::module_& m, Linear linear, WorkspaceBytes wor
   m.def("linear_workspace_bytes", workspace_bytes, "Scratch bytes linear() needs for (m, n, k, in_kind) on the current device");
 }
 
-// The optional grouped-GEMM entry (fp8gemm.protocol.GroupedFn).
+// The optional grouped-GEMM entry (fp8gemm.protocol.GroupedFn), and its workspace (none unless given).
 template <class Grouped, class WorkspaceBytes>
 void define_grouped_entry(pybind11::module_& m, Grouped grouped, WorkspaceBytes workspace_bytes) {
   m.def(
@@ -66,6 +68,11 @@ void define_grouped_entry(pybind11::module_& m, Grouped grouped, WorkspaceBytes 
       "Enqueue one grouped GEMM: `args` is the address of a packed fp8gemm.protocol.GROUPED_ARGS");
   m.def("grouped_workspace_bytes", workspace_bytes,
         "Scratch bytes grouped_launch() needs for (layout, m, n, k, groups) on the current device");
+}
+
+template <class Grouped>
+void define_grouped_entry(pybind11::module_& m, Grouped grouped) {
+  define_grouped_entry(m, grouped, &no_grouped_workspace);
 }
 
 // The optional mixture-of-experts step entries (each a fp8gemm.protocol.MoeStepFn;
@@ -86,6 +93,12 @@ void define_moe_entry(pybind11::module_& m, Route route, Activation activation, 
       "moe_combine", [combine](uintptr_t args) { combine(read_wire<MoeCombineArgs>(args, "moe_combine")); },
       "Enqueue fused_experts' combine: `args` is the address of a packed fp8gemm.protocol.MOE_COMBINE_ARGS");
   m.def("moe_workspace_bytes", workspace_bytes, "Scratch bytes moe_route() needs for (tokens, top_k, experts)");
+}
+
+// The leading-dimension multiple (elements) of the arch's MN-major A scales, as a_scale_ld_multiple(): its
+// backend.py reads it into the Backend's a_scale_layout, so the build states it once.
+inline void define_a_scale_ld_multiple(pybind11::module_& m, int multiple) {
+  m.def("a_scale_ld_multiple", [multiple] { return multiple; }, "Leading-dimension multiple of the MN-major A scales");
 }
 
 // The Linear-layer entry of an arch whose layer is its quantize, then its launch (fp8gemm/linear_steps.hpp): one

@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "fp8gemm/backend.hpp"
+#include "fp8gemm/ceil_div.hpp"
+#include "fp8gemm/gemm_params.hpp"
 
 namespace fp8gemm {
 
@@ -35,23 +37,36 @@ inline int64_t grouped_row_tiles(bool masked, int64_t m, int64_t groups, int64_t
   return masked ? groups * tiles : tiles + (groups < m ? groups : m) - 1;
 }
 
-// The parameter block of one grouped launch; the host checks sizes only (group_rows is the device's to clamp).
+// The grid of a one-launch grouped GEMM of two tile heights: small_m rows when the groups are decode-sized
+// (grouped_rows_hint at most small_m), else large_m; N tiles of block_n columns. Zero tiles: nothing to launch.
+struct GroupedGrid {
+  bool small;
+  int block_m;
+  int64_t n_tiles, row_tiles;
+  int64_t tiles_per_group;  // masked only
+};
+
+inline GroupedGrid grouped_grid(bool masked, int64_t m, int64_t n, int64_t groups, int64_t expected_m, int small_m,
+                                int large_m, int block_n) {
+  if (m < 1 || groups < 1) return {false, large_m, 0, 0, 0};
+  const bool small = grouped_rows_hint(masked, m, groups, expected_m) <= small_m;
+  const int block_m = small ? small_m : large_m;
+  return {small, block_m, ceil_div(n, block_n), grouped_row_tiles(masked, m, groups, block_m),
+          masked ? ceil_div(m, block_m) : 0};
+}
+
+// The parameter block of one grouped launch; the host checks sizes only (fp8gemm/grouped_launch.hpp: group_rows is
+// the device's to clamp).
 inline GroupedParams grouped_params(const GroupedArgs& args, int64_t tiles_per_group, int64_t row_tiles) {
   const bool masked = args.layout == kGroupedMasked;
   GroupedParams p{};
-  p.a = reinterpret_cast<const uint8_t*>(args.a);
-  p.b = reinterpret_cast<const uint8_t*>(args.b);
-  p.a_scale = reinterpret_cast<const float*>(args.a_scale);
-  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
-  p.out = reinterpret_cast<void*>(args.out);
+  set_operands(p, args);
   p.group_rows = reinterpret_cast<const int32_t*>(args.group_rows);
-  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
   p.groups = static_cast<int>(args.groups);
-  p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
   p.a_gs = masked ? args.a_group_stride : 0, p.out_gs = masked ? args.out_group_stride : 0;
   p.sa_gs = masked ? args.a_scale_group_stride : 0;
   p.b_gs = args.b_group_stride, p.sb_gs = args.b_scale_group_stride;
-  p.masked = masked, p.out_fp32 = args.out_kind == kOutFP32;
+  p.masked = masked;
   p.tiles_per_group = static_cast<int>(tiles_per_group);
   p.row_tiles = static_cast<int>(row_tiles);
   return p;

@@ -1,9 +1,10 @@
 // CUDA runtime helpers every CUDA arch package needs on its launch path: error checks that name the
-// package, the current device, and its SM count cached per device (one attribute query per device, not
-// per launch). Host code; include after <cuda_runtime.h> is available.
+// package, the current device, its SM count cached per device (one attribute query per device, not
+// per launch) and a kernel's shared-memory opt-in. Host code; include after <cuda_runtime.h> is available.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -14,6 +15,8 @@ constexpr int kMaxDevices = 64;
 class Devices {
  public:
   constexpr explicit Devices(const char* package) : package_(package) {}
+
+  constexpr const char* package() const { return package_; }
 
   // Throws std::runtime_error "<package>: <what>: <CUDA error>" (a Python RuntimeError through pybind11).
   void check(cudaError_t err, const char* what) const {
@@ -26,6 +29,16 @@ class Devices {
     check(cudaGetDevice(&dev), "cudaGetDevice");
     if (dev < 0 || dev >= kMaxDevices) fail("device index out of range");
     return dev;
+  }
+
+  // The opt-in of `kKernel` to `bytes` (> 48 KB) of dynamic shared memory on `dev`, once per device (the attribute
+  // is per device).
+  template <auto kKernel>
+  void allow_shared_memory(int dev, int bytes) const {
+    static std::once_flag configured[kMaxDevices];
+    std::call_once(configured[dev], [&] {
+      check(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), "cudaFuncSetAttribute");
+    });
   }
 
   int sm_count(int dev) const {
