@@ -1,26 +1,45 @@
-"""Host time of one small `linear` call by each way it can be called, against bf16 `F.linear` (docs/benchmarks.md,
-"Host overhead"): eager `fp8gemm.linear`, the `torch.ops` op, and a one-op function under `torch.compile`; and of one
-`fused_experts` call at M tokens (E = 128 experts, top 8, H = K, I = 768; `--null`: I = 128).
+"""Host time per call of fp8gemm's ops and layers next to bf16's, in a host-bound loop (docs/benchmarks.md, "Host
+overhead"); and, with ``--models``, eager forwards of whole transformers models in bf16 and in each FP8 route.
 
-    python3 ci/host_overhead.py             # a GPU: the installed backend, 8 x 4096 x 4096
-    python3 ci/host_overhead.py --null      # any machine: CPU tensors play a GPU whose entries return at once, so the
-                                            # times are fp8gemm's Python path alone (and F.linear's CPU compute)
+Per call (us, the best of seven loops with garbage collection off, under ``--mode``): ``F.linear`` and ``nn.Linear``
+in bf16; ``fp8gemm.linear``, its ``torch.ops`` op, ``Fp8Linear``; transformers' ``FP8Linear`` and the ``matmul_2d`` it
+calls, on ``fp8gemm.hf`` (``use_in_transformers()``); a one-op function under ``torch.compile``; at T tokens,
+``fused_experts``, ``Fp8Experts``, transformers' ``FP8Experts`` with ``experts_implementation="fp8gemm"`` and its
+bf16 experts loop (Qwen3-30B-A3B's sizes: E = 128, top 8, H = 2048, I = 768). Beside each FP8 row that has one, its
+ratio to the bf16 row it replaces, with the most it may be.
 
-Each time is the best of seven loops (garbage collection off), in us per call, under `--mode` (no_grad or
-inference_mode). `--compilers` times the three linear calls compiled by each layer of torch.compile (dynamo's
-`eager` backend, `aot_eager`, inductor). `--profile` adds a cProfile of the compiled `linear` and of `fused_experts`
-(the functions that took the most own time).
+    python3 ci/host_overhead.py [--json host.json]       # a GPU: the installed backend
+    python3 ci/host_overhead.py --null                   # any machine: CPU tensors play a GPU whose entries return
+                                                         # at once: fp8gemm's host path alone; the bf16 rows then
+                                                         # include the CPU's compute (small sizes)
+    python3 ci/host_overhead.py --models [--json eager.json]   # a GPU: whole models, eager, in each route
+    python3 ci/host_overhead.py --models --tiny          # the same end to end on tiny configs (CPU: the reference)
+
+``--models`` builds Qwen3 and Qwen3-MoE from their configs (hidden 4096, ``--layers`` layers, random weights, no
+download) and times ``model(ids, use_cache=False, logits_to_keep=1)`` per batch x sequence: bf16; ``convert`` (the bf16
+model through ``fp8gemm.nn.convert``); ``hf-fp8``, transformers' own FP8 model (``replace_with_fp8_linear`` with
+``FineGrainedFP8Config()``, as quantize-on-load builds it, the MoE with ``experts_implementation="fp8gemm"``) on
+``fp8gemm.hf``; and ``hf-fp8+convert``, that model after ``fp8gemm.nn.convert`` swapped its FP8 modules for
+fp8gemm's on the same weights, whose logits must equal ``hf-fp8``'s bit for bit (checked off the null backend).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
+import dataclasses
+import datetime
 import functools
 import gc
+import importlib.metadata
+import json
+import os
+import platform
 import pstats
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import fp8gemm
@@ -29,6 +48,28 @@ import torch.nn.functional as F
 from fp8gemm import registry
 from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS, MN_MAJOR, Backend, ScaleLayout
 from fp8gemm.registry import DeviceInfo, InstalledBackend
+
+# (row, the bf16 row it replaces, the most the ratio may be)
+RATIOS = (("fp8gemm.linear", "F.linear (bf16)", 1.15), ("Fp8Linear", "nn.Linear (bf16)", 1.15),
+          ("matmul_2d (fp8gemm.hf)", "F.linear (bf16)", 1.2), ("fused_experts", "F.linear (bf16)", 2.0))  # fmt: skip
+QWEN3_30B_A3B_EXPERTS = dict(experts=128, top_k=8, hidden=2048, inter=768)
+NULL_EXPERTS = dict(experts=128, top_k=8, hidden=256, inter=128)  # the bf16 loop computes on the CPU
+MODELS = {
+    "qwen3": dict(hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8,
+                  head_dim=128, vocab_size=151936),
+    "qwen3-moe": dict(hidden_size=4096, moe_intermediate_size=768, intermediate_size=6144, num_experts=128,
+                      num_experts_per_tok=8, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                      vocab_size=151936, decoder_sparse_step=1, mlp_only_layers=[]),
+}  # fmt: skip
+TINY_MODELS = {
+    "qwen3": dict(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                  vocab_size=512),
+    "qwen3-moe": dict(hidden_size=256, moe_intermediate_size=128, intermediate_size=512, num_experts=8,
+                      num_experts_per_tok=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=512,
+                      decoder_sparse_step=1, mlp_only_layers=[]),
+}  # fmt: skip
+BATCHES = "1x1,16x1,64x1,1x2048,4x2048"
+TINY_BATCHES = "1x1,4x1,2x16"
 
 
 def use_null_backend() -> None:
@@ -42,11 +83,14 @@ def use_null_backend() -> None:
     def none(*args):
         return None
 
+    moe_steps = {
+        f.name: none for f in dataclasses.fields(Backend) if f.name.startswith("moe_") and "bytes" not in f.name
+    }
     null = Backend(name="null", platform="cuda", targets=("sm_90a",), fp8_dtype="float8_e4m3fn", version="0",
                    launch=none, quantize=none, linear=none, linear_workspace_bytes=lambda *a: 0,
                    a_scale_layout=ScaleLayout(MN_MAJOR, 4), grouped_launch=none,
                    grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS),
-                   grouped_workspace_bytes=lambda *a: 0, moe_step=none, moe_workspace_bytes=lambda *a: 0)  # fmt: skip
+                   grouped_workspace_bytes=lambda *a: 0, moe_workspace_bytes=lambda *a: 0, **moe_steps)  # fmt: skip
     patch = pytest.MonkeyPatch()
     installed = (InstalledBackend("null = tool", "tool", null, None),)
     patch.setattr(registry, "_discover", functools.lru_cache(maxsize=1)(lambda: installed))
@@ -55,89 +99,336 @@ def use_null_backend() -> None:
     registry.clear_caches()
 
 
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def per_call_us(fn, calls: int) -> float:
-    for _ in range(100):
+    for _ in range(min(calls, 100)):
         fn()
     best = float("inf")
     for _ in range(7):
+        synchronize()
         start = time.perf_counter()
         for _ in range(calls):
             fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        synchronize()
         best = min(best, (time.perf_counter() - start) / calls * 1e6)
     return best
 
 
-def experts_call(tokens: int, hidden: int, inter: int, device: str, experts: int = 128, top_k: int = 8):
+def transformers_status() -> str | None:
+    """Why transformers' FP8 modules cannot run on fp8gemm.hf here, or None (then the kernel is in use)."""
+    try:
+        import fp8gemm.hf
+        from transformers.integrations import finegrained_fp8  # noqa: F401
+
+        fp8gemm.hf.use_in_transformers()
+    except (ImportError, RuntimeError) as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return None
+
+
+def linear_calls(m: int, n: int, k: int, device: str, with_transformers: bool) -> dict:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
+    bf16 = torch.nn.Linear(k, n, bias=False, device=device, dtype=torch.bfloat16)
+    w, s = fp8gemm.quantize_weight(bf16.weight.detach().float())
+    layer = fp8gemm.nn.Fp8Linear.from_linear(bf16)
+    compiled_bf16 = torch.compile(lambda x: F.linear(x, bf16.weight))
+    compiled_ours = torch.compile(lambda x: fp8gemm.linear(x, layer.weight, layer.weight_scale_inv))
+    calls = {
+        "F.linear (bf16)": lambda: F.linear(x, bf16.weight),
+        "nn.Linear (bf16)": lambda: bf16(x),
+        "fp8gemm.linear": lambda: fp8gemm.linear(x, w, s),
+        "torch.ops.fp8gemm.linear": lambda: torch.ops.fp8gemm.linear.default(x, w, s, None, False, ""),
+        "Fp8Linear": lambda: layer(x),
+        "compiled F.linear (bf16)": lambda: compiled_bf16(x),
+        "compiled fp8gemm.linear": lambda: compiled_ours(x),
+    }
+    if with_transformers:
+        from fp8gemm import hf
+        from transformers.integrations.finegrained_fp8 import FP8Linear
+
+        theirs = FP8Linear(k, n, block_size=(128, 128)).to(device)
+        with torch.no_grad():
+            theirs.weight.copy_(w)
+            theirs.weight_scale_inv.copy_(s)
+        calls["matmul_2d (fp8gemm.hf)"] = lambda: hf.matmul_2d(x, theirs.weight, theirs.weight_scale_inv,
+                                                               theirs.block_size, x.dtype)  # fmt: skip
+        calls["FP8Linear (transformers)"] = lambda: theirs(x)
+    return calls
+
+
+def experts_calls(tokens: int, sizes: dict, device: str, with_transformers: bool) -> dict:
+    e, top_k, h, inter = sizes["experts"], sizes["top_k"], sizes["hidden"], sizes["inter"]
     gen = torch.Generator().manual_seed(1)
-    w13, s13 = fp8gemm.quantize_weight(torch.randn(experts * 2 * inter, hidden, generator=gen).to(device))
-    w2, s2 = fp8gemm.quantize_weight(torch.randn(experts * hidden, inter, generator=gen).to(device))
-    w13, s13 = w13.view(experts, 2 * inter, hidden), fp8gemm.prepare_weight_scale(s13.view(experts, -1, hidden // 128))
-    w2, s2 = w2.view(experts, hidden, inter), fp8gemm.prepare_weight_scale(s2.view(experts, -1, inter // 128))
-    x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
-    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)]).to(device)
-    weights = torch.rand(tokens, top_k, generator=gen).to(device)
-    return lambda: fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2)
+    gate_up = torch.randn(e, 2 * inter, h, generator=gen).to(device, torch.bfloat16) * h**-0.5
+    down = torch.randn(e, h, inter, generator=gen).to(device, torch.bfloat16) * inter**-0.5
+    ours = fp8gemm.nn.Fp8Experts.from_weights(gate_up, down)
+    x = torch.randn(tokens, h, generator=gen).to(device, torch.bfloat16)
+    ids = torch.stack([torch.randperm(e, generator=gen)[:top_k] for _ in range(tokens)]).to(device)
+    weights = torch.rand(tokens, top_k, generator=gen).softmax(-1).to(device, torch.bfloat16)  # as a router gives
+    args = (ours.w13, ours.w13_scale_inv, ours.w2, ours.w2_scale_inv)
+    calls = {"fused_experts": lambda: fp8gemm.fused_experts(x, ids, weights, *args),
+             "Fp8Experts": lambda: ours(x, ids, weights)}  # fmt: skip
+    if with_transformers:
+        from transformers import Qwen3MoeConfig
+        from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS, FP8Experts
+        from transformers.integrations.moe import use_experts_implementation
+        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+        config = Qwen3MoeConfig(hidden_size=h, moe_intermediate_size=inter, num_experts=e, num_experts_per_tok=top_k)
+        config._experts_implementation = "eager"
+        loop = Qwen3MoeExperts(config).to(device, torch.bfloat16)
+        with torch.no_grad():
+            loop.gate_up_proj.copy_(gate_up)
+            loop.down_proj.copy_(down)
+        fp8_config = copy.copy(config)
+        fp8_config._experts_implementation = "fp8gemm"
+        cls = use_experts_implementation(experts_class=FP8Experts, experts_interface=ALL_FP8_EXPERTS_FUNCTIONS)
+        theirs = cls(fp8_config, block_size=(128, 128)).to(device)
+        with torch.no_grad():
+            for name, value in zip(("gate_up_proj", "gate_up_proj_scale_inv", "down_proj", "down_proj_scale_inv"),
+                                   (ours.w13, ours.w13_scale_inv, ours.w2, ours.w2_scale_inv), strict=True):  # fmt: skip
+                getattr(theirs, name).copy_(value)
+        calls["FP8Experts (transformers, 'fp8gemm')"] = lambda: theirs(x, ids, weights)
+        calls["bf16 experts loop (transformers)"] = lambda: loop(x, ids, weights)
+    return calls
 
 
-def by_compiler(linears: dict, x: torch.Tensor, count: int) -> None:
-    """Each linear call ``fn(x)`` compiled (fullgraph) by each layer of torch.compile: which one adds the time."""
-    print("  compiled by (us/call):      eager backend   aot_eager   inductor")
-    for name, fn in linears.items():
+def ratio_lines(times: dict) -> dict:
+    out = {}
+    for row, base, most in RATIOS:
+        if row in times and base in times:
+            out[row] = {"of": base, "ratio": times[row] / times[base], "at_most": most}
+    return out
+
+
+def environment(device: str) -> dict:
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "host": platform.node(), "python": platform.python_version(), "torch": torch.__version__,
+           "device": torch.cuda.get_device_name() if device == "cuda" else device,
+           "TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR": os.environ.get("TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR")}  # fmt: skip
+    for dist in ("fp8gemm-core", "fp8gemm-cuda-sm90a", "transformers", "kernels"):
+        try:
+            env[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    try:  # where True, transformers' FP8Linear tries DeepGEMM before fp8gemm.hf on every call, unless disabled
+        from transformers.integrations.deepgemm import is_deepgemm_loadable
+
+        env["deepgemm_loadable"] = bool(is_deepgemm_loadable())
+    except ImportError:
+        pass
+    return env
+
+
+def per_call(args, device: str, with_transformers: bool) -> dict:
+    m, n, k = map(int, args.shape.split(","))
+    sizes = NULL_EXPERTS if args.null else QWEN3_30B_A3B_EXPERTS
+    calls = linear_calls(m, n, k, device, with_transformers)
+    calls.update(experts_calls(args.tokens, sizes, device, with_transformers))
+    with getattr(torch, args.mode)():  # around the calls only: a model's weights are made outside it
+        times = time_rows(calls, args)
+    ratios = ratio_lines(times)
+    for row, r in ratios.items():
+        print(f"  {row:38s} {r['ratio']:6.2f}x {r['of']} (at most {r['at_most']}x)")
+    return {"shape": [m, n, k], "tokens": args.tokens, "experts": sizes, "us_per_call": times, "ratios": ratios}
+
+
+def time_rows(calls: dict, args) -> dict:
+    times = {}
+    for name, fn in calls.items():
+        if args.rows and not any(part in name for part in args.rows.split(",")):
+            continue
+        if args.skip and any(part in name for part in args.skip.split(",")):
+            continue
+        times[name] = per_call_us(fn, args.calls)
+        print(f"  {name:38s} {times[name]:8.1f} us/call", flush=True)
+    for name in args.profile or ():
+        print(f"cProfile of {name}:")
+        profile = cProfile.Profile()
+        profile.runcall(lambda fn=calls[name]: [fn() for _ in range(args.calls)])
+        pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+    return times
+
+
+def by_compiler(calls: dict, count: int) -> None:
+    """The linear calls compiled (fullgraph) by each layer of torch.compile: which one adds the time."""
+    print("  compiled by (us/call):                 eager backend   aot_eager   inductor")
+    for name in ("F.linear (bf16)", "fp8gemm.linear"):
         times = []
         for compiler in ("eager", "aot_eager", "inductor"):
             torch._dynamo.reset()
-            compiled = torch.compile(fn, backend=compiler, fullgraph=True)
-            compiled(x)
-            times.append(per_call_us(lambda compiled=compiled: compiled(x), count))
-        print(f"  {name:28s}" + "".join(f"{t:12.1f}" for t in times))
+            compiled = torch.compile(calls[name], backend=compiler, fullgraph=True)
+            compiled()
+            times.append(per_call_us(compiled, count))
+        print(f"  {name:38s}" + "".join(f"{t:12.1f}" for t in times))
     torch._dynamo.reset()
 
 
-def main(argv=None) -> int:
+# --- whole models, eager ---------------------------------------------------------------------------------------------
+
+
+def build_model(name: str, spec: dict, layers: int, device: str):
+    """The bf16 model from its config, random weights from a fixed seed."""
+    import transformers
+
+    cls = transformers.Qwen3Config if name == "qwen3" else transformers.Qwen3MoeConfig
+    config = cls(**spec, num_hidden_layers=layers, max_position_embeddings=4096, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    with torch.device(device):
+        return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+
+
+def transformers_fp8(model):
+    """transformers' own FP8 model of ``model``, in place: ``replace_with_fp8_linear`` with ``FineGrainedFP8Config()``
+    (the modules quantize-on-load puts in), filled with the bf16 weights quantized per 128x128 block."""
+    from transformers import FineGrainedFP8Config
+    from transformers.integrations.finegrained_fp8 import FP8Experts, FP8Linear, replace_with_fp8_linear
+
+    device = next(model.parameters()).device
+    before = dict(model.named_modules())
+    replace_with_fp8_linear(model, modules_to_not_convert=["lm_head"], quantization_config=FineGrainedFP8Config())
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, (FP8Linear, FP8Experts)):
+                module.to_empty(device=device)
+                for proj in ("gate_up_proj", "down_proj") if isinstance(module, FP8Experts) else ("weight",):
+                    w = getattr(before[name], proj).detach().float()
+                    pairs = [fp8gemm.quantize_weight(m) for m in w.reshape(-1, *w.shape[-2:])]
+                    getattr(module, proj).copy_(torch.stack([q for q, _ in pairs]).view(w.shape))
+                    scale = getattr(module, "weight_scale_inv" if proj == "weight" else proj + "_scale_inv")
+                    scale.copy_(torch.stack([s for _, s in pairs]).view(scale.shape))
+    if hasattr(model, "set_experts_implementation") and any(isinstance(m, FP8Experts) for m in model.modules()):
+        model.set_experts_implementation("fp8gemm")
+    return model
+
+
+def forward_us(model, ids, forwards: int) -> float:
+    def forward():
+        return model(input_ids=ids, use_cache=False, logits_to_keep=1)
+
+    for _ in range(2):
+        forward()
+    return per_call_us(forward, forwards) if forwards else float("nan")
+
+
+def compare_models(args, device: str) -> dict:
+    """Each model in each variant, timed per batch x sequence: us per forward and the ratio to bf16."""
+    specs = TINY_MODELS if args.tiny else MODELS
+    batches = args.batches or (TINY_BATCHES if args.tiny else BATCHES)
+    shapes = [tuple(map(int, b.split("x"))) for b in batches.split(",")]
+    results = {}
+    warnings.simplefilter("ignore", fp8gemm.nn.ReferenceOnCpuWarning)  # --tiny on the CPU: the reference, knowingly
+    for name in args.which.split(","):
+        results[name] = compare_model(name, specs[name], shapes, args, device)
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return results
+
+
+def compare_model(name: str, spec: dict, shapes, args, device: str) -> dict:
+    bf16 = build_model(name, spec, args.layers, device)
+    gen = torch.Generator().manual_seed(1)
+    inputs = {f"{b}x{s}": torch.randint(0, spec["vocab_size"], (b, s), generator=gen).to(device) for b, s in shapes}
+    entry = {"config": spec, "layers": args.layers, "us": {}, "vs_bf16": {},
+             "bf16_experts_implementation": getattr(bf16.config, "_experts_implementation", None)}  # fmt: skip
+    logits = {}
+    print(f"  {'model':10s} {'us/forward':15s}" + "".join(f"{k:>10s}" for k in inputs))
+
+    def timed(variant, model):
+        with getattr(torch, args.mode)():
+            logits[variant] = model(input_ids=inputs[next(iter(inputs))], use_cache=False).logits
+            times = entry["us"][variant] = {key: forward_us(model, ids, args.forwards) for key, ids in inputs.items()}
+        ratios = entry["vs_bf16"][variant] = {key: entry["us"]["bf16"][key] / t for key, t in times.items()}
+        print(f"  {name:10s} {variant:15s}" + "".join(f"{t:10.0f}" for t in times.values())
+              + "   vs bf16: " + " ".join(f"{r:.2f}x" for r in ratios.values()), flush=True)  # fmt: skip
+
+    timed("bf16", bf16)
+    converted = copy.deepcopy(bf16)
+    fp8gemm.nn.convert(converted)
+    timed("convert", converted)
+    del converted
+    hf_model = transformers_fp8(copy.deepcopy(bf16))
+    del bf16
+    timed("hf-fp8", hf_model)
+    entry["swapped"] = len(fp8gemm.nn.convert(hf_model).converted)
+    timed("hf-fp8+convert", hf_model)
+    if not args.null:  # the null backend writes nothing: its outputs are not numbers
+        entry["swap_logits_equal"] = bool(torch.equal(logits["hf-fp8"], logits["hf-fp8+convert"]))
+        print(f"  {name}: hf-fp8+convert's logits equal hf-fp8's bit for bit: {entry['swap_logits_equal']}")
+    return entry
+
+
+def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--null", action="store_true", help="the null backend on CPU tensors")
-    p.add_argument("--shape", default="8,4096,4096", help="M,N,K (default %(default)s)")
+    p.add_argument("--shape", help="M,N,K of the linear calls (default 8,4096,4096; --null: 1,256,256)")
+    p.add_argument("--tokens", type=int, default=1, help="tokens of the experts calls (default %(default)s)")
     p.add_argument("--mode", choices=("no_grad", "inference_mode"), default="inference_mode")
-    p.add_argument("--calls", type=int, default=1000)
-    p.add_argument("--profile", action="store_true")
+    p.add_argument("--calls", type=int, default=1000, help="calls per timed loop (default %(default)s)")
+    p.add_argument("--rows", help="time only the rows whose names contain one of these comma-separated words")
+    p.add_argument("--skip", help="leave out the rows whose names contain one of these comma-separated words")
+    p.add_argument("--profile", action="append", metavar="ROW", help="a cProfile of this row (repeatable)")
     p.add_argument("--compilers", action="store_true",
-                   help="also the three linear calls compiled by dynamo's eager backend, aot_eager and inductor")  # fmt: skip
+                   help="also the linear calls compiled by dynamo's eager backend, aot_eager and inductor")  # fmt: skip
+    p.add_argument("--models", action="store_true", help="whole models, eager, instead of the per-call rows")
+    p.add_argument("--tiny", action="store_true", help="--models on tiny configs (runs on the CPU)")
+    p.add_argument("--which", default="qwen3,qwen3-moe", help="--models: which models (default %(default)s)")
+    p.add_argument("--layers", type=int, help="--models: decoder layers (default 4; --tiny 2)")
+    p.add_argument("--batches", help=f"--models: BxS,... (default {BATCHES}; --tiny {TINY_BATCHES})")
+    p.add_argument("--forwards", type=int, default=10, help="--models: forwards per timed loop (default %(default)s)")
+    p.add_argument("--json", type=Path, help="write the numbers, with the device, versions and date, to this file")
     args = p.parse_args(argv)
-    m, n, k = map(int, args.shape.split(","))
-    device = "cpu" if args.null else "cuda"
+    args.shape = args.shape or ("1,256,256" if args.null else "8,4096,4096")
+    args.layers = args.layers or (2 if args.tiny else 4)
+    if args.json is not None and args.json.parent.exists() and not args.json.parent.is_dir():
+        p.error(f"--json {args.json}: {args.json.parent} is a file, not a folder")
+    if args.which and set(args.which.split(",")) - set(MODELS):
+        p.error(f"--which {args.which}: the models are {', '.join(MODELS)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    gpu = torch.cuda.is_available() and not args.null
     if args.null:
         use_null_backend()
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
-    w_bf16 = torch.randn(n, k, generator=gen).to(device, torch.bfloat16)
-    w, s = fp8gemm.quantize_weight(w_bf16.float())
+    if not gpu and not args.null and not args.models:
+        print("host_overhead.py: no GPU here; --null times fp8gemm's host path on the CPU", file=sys.stderr)
+        return 2
+    device = "cuda" if gpu else "cpu"
+    if device == "cpu":
+        torch.set_num_threads(1)  # small CPU products: no OpenMP team, whose waits swing with the host's load
+    status = transformers_status()
+    report = {**environment(device), "mode": args.mode, "backend": "null" if args.null else "installed"}
+    where = "null backend, CPU tensors" if args.null else report["device"]
+    print(f"{where}, {args.mode}, torch {torch.__version__}"
+          + (f"; transformers' rows skipped: {status}" if status else ""))  # fmt: skip
     gc.disable()
-    with getattr(torch, args.mode)():
-        linears = {
-            "F.linear (bf16)": lambda x: F.linear(x, w_bf16),
-            "fp8gemm.linear": lambda x: fp8gemm.linear(x, w, s),
-            "torch.ops.fp8gemm.linear": lambda x: torch.ops.fp8gemm.linear.default(x, w, s, None, False, ""),
-        }
-        compiled_bf16 = torch.compile(linears["F.linear (bf16)"])
-        compiled_ours = torch.compile(linears["fp8gemm.linear"])
-        calls = {name: functools.partial(fn, x) for name, fn in linears.items()}
-        calls["compiled F.linear (bf16)"] = lambda: compiled_bf16(x)
-        calls["compiled fp8gemm.linear"] = lambda: compiled_ours(x)
-        where = "null backend, CPU tensors" if args.null else torch.cuda.get_device_name()
-        print(f"{m} x {n} x {k}, {args.mode}, {where}, torch {torch.__version__}")
-        calls["fused_experts"] = experts_call(m, k, 128 if args.null else 768, device)
-        for name, fn in calls.items():
-            print(f"  {name:28s} {per_call_us(fn, args.calls):7.1f} us/call")
+    if args.models:
+        if not gpu and not args.tiny:
+            report["models"] = "skipped: whole models are timed on a GPU (--tiny runs tiny configs on the CPU)"
+            print(report["models"])
+        elif status:
+            report["models"] = f"skipped: transformers' FP8 route is unavailable ({status})"
+            print(report["models"])
+        else:
+            print(f"whole models, eager, {args.layers} layers, us per forward (use_cache=False, logits_to_keep=1)")
+            report["models"] = compare_models(args, device)
+    else:
+        report.update(per_call(args, device, status is None))
         if args.compilers:
-            by_compiler(linears, x, args.calls)
-        if args.profile:
-            for name in ("compiled fp8gemm.linear", "fused_experts"):
-                print(f"cProfile of {name}:")
-                profile = cProfile.Profile()
-                profile.runcall(lambda fn=calls[name]: [fn() for _ in range(args.calls)])
-                pstats.Stats(profile).sort_stats("tottime").print_stats(15)
+            with getattr(torch, args.mode)():
+                by_compiler(linear_calls(*map(int, args.shape.split(",")), device, False), args.calls)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.json}")
     return 0
 
 

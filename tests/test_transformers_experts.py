@@ -182,6 +182,16 @@ def test_weight_scales_converted_under_graph_capture_are_not_kept(monkeypatch):
     assert all(a is b for a, b in zip(hf_experts.weight_scales(experts), kept, strict=True))
 
 
+def test_scales_converted_from_inference_tensors_are_not_kept():
+    """An inference tensor keeps no version counter, so a write into it would go unseen: its conversion is redone."""
+    with torch.inference_mode():
+        fp32, experts = _ue8m0_pair()
+        hidden, (ids, weights) = activations((TOKENS, HIDDEN), 5), routing(6, sentinels=False)
+        expected = fp32(hidden, ids, weights)
+        assert torch.equal(experts(hidden, ids, weights), expected)
+        assert torch.equal(experts(hidden, ids, weights), expected) and hf_experts._PLAN not in experts.__dict__
+
+
 def test_the_plan_is_made_again_when_a_weight_is_replaced_or_moved():
     experts = build_experts("fp8gemm", False)
     hidden, (ids, weights) = activations((TOKENS, HIDDEN), 7), routing(8, sentinels=False)

@@ -92,11 +92,12 @@ def experts_plan(experts) -> Plan:
     if torch.compiler.is_compiling():
         return kept if kept is not None else _make_plan(experts, tensors)
     if kept is None or kept.stamps != _stamps(tensors, kept.copied):
-        kept = _make_plan(experts, tensors)
-        kept = kept._replace(stamps=_stamps(tensors, kept.copied))
-        ops = kept.operands
-        if not ops or (may_keep(tensors[1], ops[1]) and may_keep(tensors[3], ops[3])):
-            object.__setattr__(experts, _PLAN, kept)
+        plan = _make_plan(experts, tensors)
+        ops = plan.operands
+        if ops and not (may_keep(tensors[1], ops[1]) and may_keep(tensors[3], ops[3])):
+            return plan  # made again on the next call
+        kept = plan._replace(stamps=_stamps(tensors, plan.copied))
+        object.__setattr__(experts, _PLAN, kept)
     return kept
 
 

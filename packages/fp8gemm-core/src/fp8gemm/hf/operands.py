@@ -23,7 +23,7 @@ def stamp(t: torch.Tensor, copied: bool) -> tuple:
     """What changes when a tensor is reloaded (address, shape, strides, dtype) and, for one kept as a ``copied``
     conversion, written in place (its version; a tensor read in place needs none: the write is read)."""
     where = t.data_ptr(), t.shape, t.stride(), t.dtype
-    return (*where, t._version) if copied else where
+    return (*where, None if t.is_inference() else t._version) if copied else where  # an inference tensor: no counter
 
 
 def copied(source: torch.Tensor, ready: torch.Tensor) -> bool:
