@@ -409,6 +409,9 @@ def main(argv=None) -> int:
     where = "null backend, CPU tensors" if args.null else report["device"]
     print(f"{where}, {args.mode}, torch {torch.__version__}"
           + (f"; transformers' rows skipped: {status}" if status else ""))  # fmt: skip
+    if report.get("deepgemm_loadable") and report["TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR"] != "1":
+        print("note: transformers' FP8Linear tries DeepGEMM before fp8gemm.hf on every call here (a failed load is "
+              "retried each time); TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR=1 times fp8gemm's route alone")  # fmt: skip
     gc.disable()
     if args.models:
         if not gpu and not args.tiny:
