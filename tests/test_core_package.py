@@ -28,7 +28,7 @@ INTERNAL_ENTRIES = {
     "fp8gemm.registry": "the backend a run selects, reported with its timings",
     "fp8gemm.protocol": "argument structs and layout codes: the raw-entry floor and which grouped kernels exist",
     "fp8gemm.runtime": "fast_backend and raw_stream: the launches' cost without Python (layer_bench)",
-    "fp8gemm.grouped": "uses_grouped_kernel: whether ours ran a kernel or the reference",
+    "fp8gemm.grouped_checks": "uses_grouped_kernel: whether ours ran a kernel or the reference",
     "fp8gemm.cli_args": "the options and error wording `fp8gemm bench` shares with the core's commands",
 }
 

@@ -13,7 +13,7 @@ import fp8gemm
 import pytest
 import torch
 from conftest import backends_under_test, device_under_test, fp8_dtype_for
-from fp8gemm import grouped, registry
+from fp8gemm import grouped_checks, launch, registry
 from fp8gemm.grouped_reference import reference_grouped
 from fp8gemm.protocol import GROUPED_MASKED
 from fp8gemm.reference import REFERENCE, oracle
@@ -79,7 +79,7 @@ def _broken(how: str):
 @pytest.mark.parametrize("how", ["wrong-expert", "writes-every-row", "one-row-short"])
 def test_the_suite_catches_a_wrong_result(monkeypatch, how):
     """The checks can fail: each mistake fails some case of the fixed set."""
-    monkeypatch.setattr(grouped, "reference_grouped", _broken(how))
+    monkeypatch.setattr(launch, "reference_grouped", _broken(how))
     results = [conformance_grouped.run_case(c, "cpu", torch.float8_e4m3fn) for c in conformance_grouped.cases("cpu", 0)]
     failed = [r for r in results if not r.passed]
     assert failed, how
@@ -179,14 +179,12 @@ def test_the_masked_path_never_reads_values_on_the_host(monkeypatch, functional)
 def test_the_host_read_check_can_fail(monkeypatch):
     refuse_host_reads(monkeypatch)
     with pytest.raises(HostRead):
-        grouped.check_masked_m_values(torch.tensor([1, 2], dtype=torch.int32), 4)
+        grouped_checks.check_masked_m_values(torch.tensor([1, 2], dtype=torch.int32), 4)
 
 
 def test_offs_values_are_read_only_where_no_synchronisation_results(monkeypatch):
     """offs on a GPU: read (one small copy) in an eager call outside capture; never in the op (torch.compile, graphs)
     or during capture. CPU values are always checked: reading them waits on nothing."""
-    from fp8gemm import grouped_checks
-
     gpu_offs = types.SimpleNamespace(device=torch.device("cuda", 0))  # what host_can_read looks at
     monkeypatch.setattr(grouped_checks, "has_storage", lambda t: True)
     monkeypatch.setattr(grouped_checks.runtime, "capturing", lambda: False)
@@ -203,7 +201,7 @@ def test_values_only_the_device_sees_stay_inside_the_tensors(monkeypatch, layout
     """Rows past M, a decreasing offs, ids past G, masked_m past M_max: no error (the host does not look), and
     nothing is written outside out, a view of a larger NaN buffer."""
     case, (a, b, sa, sb, rows) = _operands(layout)
-    monkeypatch.setattr(grouped, "host_can_read", lambda t, eager: False)  # as for values on a GPU
+    monkeypatch.setattr(grouped_checks, "host_can_read", lambda t, eager: False)  # as for values on a GPU
     bad = {"offs": [3, 1, 40, 99], "m_indices": [7, -5, 2] + [0] * (case.m - 3), "masked": [12, -3, 9, 1000]}
     rows = torch.tensor(bad[layout], dtype=torch.int32, device=DEVICE)
     shape = (4, case.m_max, 128) if layout == "masked" else (case.m, 128)

@@ -35,8 +35,8 @@ from fp8gemm.protocol import (
     PROTOCOL_VERSION,
     ScaleLayout,
 )
-from fp8gemm.quantize import empty_scale, reference_quantize
-from fp8gemm.runtime import IN_KINDS
+from fp8gemm.reference import reference_quantize
+from fp8gemm.runtime import IN_KINDS, empty_scale
 from fp8gemm.testing import conformance
 from fp8gemm.testing.conformance import DEFAULT_SEED
 from test_grouped_dispatch import make_backend

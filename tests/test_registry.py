@@ -16,6 +16,7 @@ import pytest
 import torch
 from conftest import cpu_tensors_play_a_gpu
 from fp8gemm import ops, registry
+from fp8gemm.reference import oracle, reference_quantize
 from fp8gemm.registry import DeviceInfo
 from fp8gemm.testing import conformance
 
@@ -25,8 +26,9 @@ MI300X = DeviceInfo("rocm", "Fake MI300X", ("gfx942",), "gfx942:sramecc+:xnack-"
 # A module that implements a backend in Python over raw pointers to host memory.
 POINTER_BACKEND = """
 import ctypes, torch
-from fp8gemm.protocol import Backend, ScaleLayout, MN_MAJOR, K_MAJOR, OUT_FP32, LAUNCH_ARGS
-from fp8gemm.reference import oracle
+from fp8gemm.protocol import Backend, ScaleLayout, MN_MAJOR, K_MAJOR, OUT_FP32, LAUNCH_ARGS, QUANTIZE_ARGS
+from fp8gemm.reference import oracle, reference_quantize
+from fp8gemm.runtime import IN_KINDS
 
 CALLS = []
 
@@ -41,7 +43,19 @@ def _scale(ptr, layout, rows, cols, ld):
     strides = (ld, 1) if layout.order == K_MAJOR else (1, ld)
     return _view(ptr, torch.float32, rows, cols, *strides)
 
-def make(name, targets, platform="cuda", priority=0, a_layout=ScaleLayout(), b_layout=ScaleLayout(), fp8="float8_e4m3fn"):
+def make_quantize(name, a_layout, fp8):  # the reference's codes and scales, written in the backend's a_scale layout
+    dtypes = {kind: dtype for dtype, kind in IN_KINDS.items()}
+    def quantize(address):
+        f = QUANTIZE_ARGS.unpack(address)
+        m, k = f["m"], f["k"]
+        CALLS.append(dict(name=name, entry="quantize", m=m, k=k, scale_ld=f["scale_ld"], pow2=f["pow2"]))
+        q, scale = reference_quantize(_view(f["x"], dtypes[f["in_kind"]], m, k, f["ldx"], 1), getattr(torch, fp8), bool(f["pow2"]))
+        _view(f["q"], getattr(torch, fp8), m, k, k, 1).copy_(q)
+        _scale(f["scale"], a_layout, m, k // 128, f["scale_ld"]).copy_(scale)
+    return quantize
+
+def make(name, targets, platform="cuda", priority=0, a_layout=ScaleLayout(), b_layout=ScaleLayout(), fp8="float8_e4m3fn",
+         quantizes=False):
     def launch(address):
         f = LAUNCH_ARGS.unpack(address)
         a, b, sa, sb, out, ws, m, n, k = (f[key] for key in ("a", "b", "a_scale", "b_scale", "out", "workspace", "m", "n", "k"))
@@ -56,10 +70,12 @@ def make(name, targets, platform="cuda", priority=0, a_layout=ScaleLayout(), b_l
     return Backend(name=name, platform=platform, targets=targets, fp8_dtype=fp8, version="9.9",
                    launch=launch, package="fake-" + name, build_info={"compiler": "python"},
                    a_scale_layout=a_layout, b_scale_layout=b_layout, priority=priority,
-                   workspace_bytes=lambda m, n, k: 256)
+                   workspace_bytes=lambda m, n, k: 256, quantize=make_quantize(name, a_layout, fp8) if quantizes else None)
 
 hopper = make("hopper", ("sm_90a",), a_layout=ScaleLayout(MN_MAJOR, 4), b_layout=ScaleLayout(K_MAJOR, 4))
 hopper_generic = make("hopper_generic", ("sm_90", "sm_80"), priority=5)
+hopper_quantizing = make("hopper_quantizing", ("sm_90a",), priority=-2, a_layout=ScaleLayout(MN_MAJOR, 4),
+                         b_layout=ScaleLayout(K_MAJOR, 4), quantizes=True)
 amd = make("amd", ("gfx942",), platform="rocm", fp8="float8_e4m3fnuz")
 
 def factory():
@@ -92,6 +108,7 @@ def fake_site(tmp_path, monkeypatch):
             "hopper": "fake_backends:hopper",
             "hopper_generic": "fake_backends:hopper_generic",
             "lazy": "fake_backends:factory",
+            "hopper_quantizing": "fake_backends:hopper_quantizing",
         },
     )
     _install_fake(tmp_path, "fp8gemm_fake_amd", {"amd": "fake_backends:amd"})
@@ -257,10 +274,35 @@ def test_steady_state_call_takes_the_fast_path(fake_site, fake_gpu, monkeypatch)
     a, a_scale = fp8gemm.quantize_activation(torch.randn(64, 512), backend="hopper")  # scales MN-major
     assert a_scale.stride(0) == 1 and a_scale.stride(1) % 4 == 0
     general = []
-    monkeypatch.setattr(ops, "run_gemm", lambda *args: general.append(args))
+    monkeypatch.setattr(ops, "checked_gemm_plan", lambda *args: general.append(args))
     out = torch.full((64, 256), float("nan"), dtype=torch.float32)
     fp8gemm.gemm(a, b, a_scale, b_scale, out=out, backend="hopper")
     assert general == []  # no fallback: everything was already in the backend's layout
-    from fp8gemm.reference import oracle
-
     assert conformance.relative_error(out, oracle(a, b, a_scale, b_scale)) < 1e-5
+
+
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("backend", ["hopper", "hopper_quantizing"])
+def test_linear_without_a_linear_entry_quantizes_then_launches_the_gemm(fake_site, fake_gpu, backend, x_dtype):
+    """A backend without a linear entry: its quantization kernel (the reference where it has none) writes the scales
+    in the layout its GEMM reads, then its GEMM runs: the result is the GEMM of the reference's codes, bit for bit,
+    with or without scales already prepared (the checked and the fast plan)."""
+    fake_gpu(H100)
+    seed = 60 + (backend == "hopper") + 2 * (x_dtype == torch.float16)
+    print(f"data seed {seed}")
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(2, 3, 256, generator=gen) * 4).to(x_dtype)
+    weight, weight_scale = fp8gemm.quantize_weight(torch.randn(144, 256, generator=gen))
+    bias = torch.randn(144, generator=gen).to(x_dtype)
+    q, scale = reference_quantize(x.reshape(6, 256), torch.float8_e4m3fn, True)
+    gemm_dtype = torch.bfloat16 if x_dtype == torch.bfloat16 else torch.float32
+    want = ((oracle(q, weight, scale, weight_scale).to(gemm_dtype) + bias).to(x_dtype)).view(2, 3, 144)
+    calls = importlib.import_module("fake_backends").CALLS
+    for scales in (weight_scale, fp8gemm.prepare_weight_scale(weight_scale, backend=backend)):
+        calls.clear()
+        y = fp8gemm.linear(x, weight, scales, bias, pow2_scales=True, backend=backend)
+        assert y.dtype == x_dtype and torch.equal(y, want)
+        entries = [(c["name"], c.get("entry", "launch")) for c in calls]
+        expected = [(backend, "quantize")] if backend == "hopper_quantizing" else []
+        assert entries == [*expected, (backend, "launch")]
+        assert calls[-1]["sa_ld"] % 4 == 0 and calls[-1]["sa_ld"] >= 6  # MN-major scales, ld padded to 4

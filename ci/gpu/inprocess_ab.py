@@ -29,7 +29,7 @@ import time
 
 import fp8gemm
 import torch
-from fp8gemm import ops
+from fp8gemm import launch
 from fp8gemm.reference import oracle
 from fp8gemm.testing.conformance import relative_error
 from fp8gemm.validation import conform_scale
@@ -63,7 +63,7 @@ def shape_calls(backends: dict, with_deepgemm: bool, m: int, n: int, k: int):
     calls, errors = {}, {}
     for name, backend in backends.items():
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-        calls[name] = lambda backend=backend, out=out: ops.launch_gemm(backend, a, b, a_scale, b_scale, out)
+        calls[name] = lambda backend=backend, out=out: launch.launch_gemm(backend, a, b, a_scale, b_scale, out)
         calls[name]()
         errors[name] = relative_error(out, ref)
     if with_deepgemm:

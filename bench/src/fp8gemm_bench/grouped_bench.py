@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 from fp8gemm import preferred_fp8_dtype, quantize_activation, quantize_weight, registry
-from fp8gemm.grouped import uses_grouped_kernel
+from fp8gemm.grouped_checks import uses_grouped_kernel
 from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED
 from fp8gemm.reference import oracle
 from fp8gemm.testing.conformance import TOLERANCE, relative_error

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 from fp8gemm import preferred_fp8_dtype, prepare_weight_scale, quantize_weight, registry
-from fp8gemm.grouped import uses_grouped_kernel
+from fp8gemm.grouped_checks import uses_grouped_kernel
 from fp8gemm.moe_reference import dequantize64, reference_fused_experts
 from fp8gemm.protocol import GROUPED_CONTIGUOUS
 from fp8gemm.testing.conformance import relative_error

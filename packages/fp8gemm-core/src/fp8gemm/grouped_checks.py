@@ -1,4 +1,5 @@
-"""Input checks of the grouped ops, and per-group scale layouts.
+"""The plan of one grouped call (``grouped_gemm``, ``grouped_gemm_masked``): the backend resolved once, every input
+checked once, the scales in the layout its kernel reads; and per-group scale layouts.
 
 Like :mod:`validation`, every check of a tensor's metadata works on fake tensors too. Values of ``offs``,
 ``m_indices`` and ``masked_m`` are read only where that costs no device synchronisation (see :func:`host_can_read`).
@@ -10,12 +11,13 @@ from typing import NamedTuple
 
 import torch
 
-from . import runtime
-from .protocol import K_MAJOR, ScaleLayout
-from .reference import BLOCK
-from .validation import ALIGN_BYTES, OUT_DTYPES, ceil_div, check_fp8, check_same_device, ld_reader
+from . import registry, runtime
+from .protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS, K_MAJOR, ScaleLayout
+from .reference import BLOCK, REFERENCE
+from .validation import ALIGN_BYTES, OUT_DTYPES, ceil_div, check_fp8, check_same_device, conform_scale, ld_reader
 
 GROUPED_NAMES = ("a", "b", "a_scale", "b_scale")
+ROW_MAP_NAMES = {GROUPED_CONTIGUOUS: "offs", GROUPED_ROW_IDS: "m_indices", GROUPED_MASKED: "masked_m"}
 SCALE_ALIGN = ALIGN_BYTES // 4  # fp32 elements per 16 bytes: each group's scales start 16-byte aligned
 
 
@@ -24,6 +26,74 @@ class GroupedShape(NamedTuple):
     m: int  # rows of a in all (contiguous, row ids) or per group (masked: M_max)
     n: int
     k: int
+
+
+class GroupedPlan(NamedTuple):
+    """One checked grouped call: what its run reads besides the tensors."""
+
+    backend: object  # the Backend that runs on a's device, or REFERENCE
+    layout: int  # protocol.GROUPED_*: what the row map (offs, m_indices or masked_m) is
+    shape: GroupedShape
+    out_shape: tuple[int, ...]
+    out_dtype: torch.dtype
+    kernel: bool  # the backend's grouped kernel runs (M > 0 and it has this layout); else the grouped reference
+    a_scale: torch.Tensor  # for the kernel, in the backend's layout; as passed for the reference
+    a_scale_ld: int
+    a_scale_group_stride: int
+    b_scale: torch.Tensor
+    b_scale_ld: int
+    b_scale_group_stride: int
+    device: int  # a's device index (runtime.device_index)
+    elsewhere: bool  # it is not the current device: the launch makes it current
+
+
+def plan_grouped(layout: int, a, b, a_scale, b_scale, group_rows, out, out_dtype, backend_name, eager: bool):
+    """Every check of one grouped call, once, against the backend for a's device; ``eager``: an eager call, which
+    may copy ``offs`` to the host to check its values."""
+    if not isinstance(a, torch.Tensor):  # its device picks the backend
+        raise TypeError(f"a must be a torch.Tensor, got {type(a).__name__}")
+    backend = registry.select(a.device, backend_name or None).backend
+    fp8_dtype = None if backend is REFERENCE else backend.fp8_dtype
+    shape, out_shape, dtype = check_grouped(
+        layout, a, b, a_scale, b_scale, group_rows, out, out_dtype, fp8_dtype, eager
+    )
+    return launch_plan(backend, layout, shape, out_shape, dtype, a, a_scale, b_scale)
+
+
+def launch_plan(backend, layout: int, shape: GroupedShape, out_shape, out_dtype, a, a_scale, b_scale) -> GroupedPlan:
+    """The plan of a grouped call on operands already checked (by :func:`check_grouped`, or by ``fused_experts``):
+    the kernel's scales conformed to its layout."""
+    if not shape.m or not uses_grouped_kernel(backend, layout):
+        return GroupedPlan(backend, layout, shape, out_shape, out_dtype, False, a_scale, 0, 0, b_scale, 0, 0, -1, False)
+    if layout == GROUPED_MASKED:
+        a_scale, a_scale_ld, a_scale_group_stride = conform_group_scale(a_scale, backend.a_scale_layout)
+    else:
+        (a_scale, a_scale_ld), a_scale_group_stride = conform_scale(a_scale, backend.a_scale_layout), 0
+    b_scales = conform_group_scale(b_scale, backend.b_scale_layout)
+    a_scales, dev = (a_scale, a_scale_ld, a_scale_group_stride), runtime.device_index(a)
+    switch = runtime.switch_needed(dev)
+    return GroupedPlan(backend, layout, shape, out_shape, out_dtype, True, *a_scales, *b_scales, dev, switch)
+
+
+def uses_grouped_kernel(backend, layout: int) -> bool:
+    return getattr(backend, "grouped_launch", None) is not None and layout in backend.grouped_layouts
+
+
+def check_grouped(layout: int, a, b, a_scale, b_scale, group_rows, out, out_dtype, fp8_dtype: str | None,
+                  eager: bool = False):  # fmt: skip
+    """Every check of one grouped call: ``(shape, out_shape, out dtype)``. Metadata always; values where the host
+    sees them without a device synchronisation (:func:`check_values`)."""
+    masked = layout == GROUPED_MASKED
+    shape = check_grouped_operands(a, b, a_scale, b_scale, fp8_dtype, masked)
+    name = ROW_MAP_NAMES[layout]
+    if layout == GROUPED_ROW_IDS:
+        check_group_rows(name, group_rows, shape.m, "M")
+    else:
+        check_group_rows(name, group_rows, shape.groups, "G")
+    check_values(layout, group_rows, shape, eager)
+    check_same_device("a", a, **{name: group_rows})
+    out_shape = (shape.groups, shape.m, shape.n) if masked else (shape.m, shape.n)
+    return shape, out_shape, check_out(out, out_dtype, out_shape, a)
 
 
 def has_storage(t: torch.Tensor) -> bool:
@@ -108,25 +178,36 @@ def check_grouped_operands(a, b, a_scale, b_scale, fp8_dtype: str | None, masked
     return GroupedShape(groups, m, n, k)
 
 
-def check_group_rows(name: str, t, length: int, length_what: str, a: torch.Tensor) -> None:
-    """An int32 1-D index tensor of ``length`` entries on a's device."""
+def check_group_rows(name: str, t, length: int, length_what: str) -> None:
+    """An int32 1-D index tensor of ``length`` entries."""
     check_dims(name, t, 1, f"int32 [{length_what}]")
     if t.dtype != torch.int32:
         raise TypeError(f"{name} must be torch.int32, got {t.dtype}; pass {name}.to(torch.int32)")
     if t.shape[0] != length:
         raise ValueError(f"{name} must have {length_what} = {length} entries, got {t.shape[0]}")
-    check_same_device("a", a, **{name: t})
 
 
-def pick_row_map(offs, m_indices) -> tuple[str, torch.Tensor]:
-    """Which of ``offs`` / ``m_indices`` the caller passed: exactly one."""
+def pick_row_map(offs, m_indices) -> tuple[int, torch.Tensor]:
+    """Which of ``offs`` / ``m_indices`` the caller passed (exactly one): its layout (protocol.GROUPED_*) and it."""
     if (offs is None) == (m_indices is None):
         given = "both" if offs is not None else "neither"
         raise ValueError(
             f"pass exactly one of offs (int32 [G] cumulative row ends, PyTorch's convention) or m_indices "
             f"(int32 [M] each row's expert, -1 to skip it, DeepGEMM's); got {given}"
         )
-    return ("offs", offs) if offs is not None else ("m_indices", m_indices)
+    return (GROUPED_CONTIGUOUS, offs) if offs is not None else (GROUPED_ROW_IDS, m_indices)
+
+
+def check_expected_m(expected_m) -> int:
+    if expected_m is None:
+        return 0
+    if isinstance(expected_m, bool) or not isinstance(expected_m, int):
+        raise TypeError(
+            f"expected_m must be an int (a hint of rows per group) or None, got {type(expected_m).__name__}"
+        )
+    if expected_m < 0:
+        raise ValueError(f"expected_m must be >= 0 (a hint of rows per group), got {expected_m}")
+    return expected_m
 
 
 def check_out(out, out_dtype, shape: tuple[int, ...], a: torch.Tensor) -> torch.dtype:
@@ -153,6 +234,18 @@ def check_out(out, out_dtype, shape: tuple[int, ...], a: torch.Tensor) -> torch.
 
 
 # --- values: read on the host only where no device synchronisation results --------------------------------------
+
+
+def check_values(layout: int, group_rows: torch.Tensor, shape: GroupedShape, eager: bool) -> None:
+    """Values the host sees without a device synchronisation: CPU tensors; for offs, an eager call's (one copy)."""
+    if not host_can_read(group_rows, eager and layout == GROUPED_CONTIGUOUS):
+        return
+    if layout == GROUPED_CONTIGUOUS:
+        check_offs_values(group_rows, shape.m)
+    elif layout == GROUPED_MASKED:
+        check_masked_m_values(group_rows, shape.m)
+    else:
+        check_m_indices_values(group_rows, shape.groups)
 
 
 def host_can_read(t: torch.Tensor, eager: bool) -> bool:

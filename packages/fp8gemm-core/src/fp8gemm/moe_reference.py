@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .quantize import reference_quantize
-from .reference import BLOCK
+from .reference import BLOCK, reference_quantize
 
 
 def dequantize64(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

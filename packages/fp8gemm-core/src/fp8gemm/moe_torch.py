@@ -10,8 +10,8 @@ import torch
 
 from . import runtime
 from .moe_pipeline import MoeSteps, Routed
-from .quantize import empty_scale, kernel_quantize, reference_quantize
-from .reference import BLOCK, REFERENCE
+from .reference import BLOCK, REFERENCE, reference_quantize
+from .runtime import empty_scale, kernel_quantize
 
 COMBINE_CHUNK_BYTES = 64 << 20  # the fp32 weighted rows the combine holds at once
 

@@ -1,7 +1,8 @@
 """The pure-torch implementation of the contract: runs on CPU and on any GPU torch supports.
 
 It is the fallback for CPU tensors and, with :func:`oracle`, the yardstick the conformance suite
-holds every backend to.
+holds every backend to. :func:`reference_quantize` defines the activation quantization every kernel
+matches bit for bit (numerics, tie and NaN rules: docs/quantization.md).
 """
 
 from __future__ import annotations
@@ -29,6 +30,40 @@ class ReferenceBackend:
 
 
 REFERENCE = ReferenceBackend()
+
+# The smallest normal fp32: the scale floor. Tiny blocks keep their relative precision down to
+# amax = fp8_max * 2^-126, and an all-zero block gets a finite scale.
+SCALE_FLOOR = torch.finfo(torch.float32).tiny
+
+
+def round_up_pow2(scale: torch.Tensor) -> torch.Tensor:
+    """Each finite positive scale rounded up to a power of two, by its bits (exact, as the kernels do)."""
+    bits = scale.view(torch.int32)
+    exponent = bits & 0x7F800000
+    up = (bits & ~0x7FFFFF) + 0x800000
+    return torch.where((exponent != 0x7F800000) & ((bits & 0x7FFFFF) != 0), up, bits).view(torch.float32)
+
+
+def scale_from_amax(amax: torch.Tensor, fp8_max: float, pow2: bool) -> torch.Tensor:
+    """``max(amax / fp8_max, SCALE_FLOOR)``, NaN kept; ``pow2``: UE8M0 scales (DeepSeek-V3.1 recipe)."""
+    amax = amax.float()
+    scale = amax / torch.full_like(amax, fp8_max)  # a true division: torch turns "/ scalar" into a multiply on GPUs
+    scale = torch.where(scale < SCALE_FLOOR, SCALE_FLOOR, scale)
+    return round_up_pow2(scale) if pow2 else scale
+
+
+def reciprocal(scale: torch.Tensor) -> torch.Tensor:
+    return torch.ones_like(scale) / scale  # correctly rounded on every device, as the kernels' 1.0f / scale
+
+
+def reference_quantize(x2d: torch.Tensor, fp8_dtype: torch.dtype, pow2: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """[M, K] float -> (FP8 [M, K], fp32 [M, K/128] row-major): the definition every kernel matches."""
+    fp8_max = torch.finfo(fp8_dtype).max
+    m, k = x2d.shape
+    groups = x2d.float().contiguous().reshape(m, k // BLOCK, BLOCK)
+    scale = scale_from_amax(groups.abs().amax(dim=-1), fp8_max, pow2)
+    q = (groups * reciprocal(scale)[..., None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
+    return q.reshape(m, k), scale
 
 
 def expand_scales(a_scale: torch.Tensor, b_scale: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -186,3 +186,15 @@ def select(device: torch.device | str, backend: str | None = None) -> Selection:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return _select_cached(device, requested)
+
+
+def backend_defaults(device: torch.device, backend: str | None):
+    """The backend that would run on ``device`` (None for the reference), its FP8 dtype and scale layout: what
+    ``quantize_activation`` and ``quantize_weight`` default to."""
+    try:
+        chosen = select(device, backend).backend
+    except RuntimeError:  # no backend for this GPU: plain defaults; gemm() will say what is missing
+        return None, torch.float8_e4m3fn, None
+    if chosen is REFERENCE:
+        return None, torch.float8_e4m3fn, None
+    return chosen, getattr(torch, chosen.fp8_dtype), chosen.a_scale_layout

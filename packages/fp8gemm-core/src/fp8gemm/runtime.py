@@ -1,9 +1,9 @@
 """What every op needs at run time, in one place: the tensors' device and its current stream, scratch memory kept
-per (device, stream), the backend that runs on a device, the operand layout kernels read in place, and the
-refusal of autograd (no op has a backward).
+per (device, stream), the backend that runs on a device, the operand layouts kernels read and write, one call of
+a backend entry, and the registration of the ops with torch.library.
 
-``ops``, ``quantize``, ``linear`` and the grouped ops use these public names; nothing else in the core reaches
-into another module's private helpers.
+The planners (``plans``, ``grouped_checks``) and the launches (``launch``) use these public names; nothing else in
+the core reaches into another module's private helpers.
 """
 
 from __future__ import annotations
@@ -15,37 +15,89 @@ from typing import NamedTuple
 import torch
 
 from . import registry
-from .protocol import IN_BF16, IN_FP16, IN_FP32, OUT_BF16, OUT_FP32
+from .autograd import refuse_grad
+from .protocol import IN_BF16, IN_FP16, IN_FP32, K_MAJOR, LAUNCH_ARGS, OUT_BF16, OUT_FP32, QUANTIZE_ARGS, ScaleLayout
 from .reference import REFERENCE
-from .validation import ld_reader
+from .validation import IN_DTYPES, ld_reader
 
 LIBRARY = "fp8gemm"  # the torch.library namespace of every op; a vendored copy of the core renames it
-IN_KINDS = {torch.bfloat16: IN_BF16, torch.float16: IN_FP16, torch.float32: IN_FP32}
+IN_KINDS = dict(zip(IN_DTYPES, (IN_BF16, IN_FP16, IN_FP32), strict=True))  # the kernels' code of each input dtype
+
+_pack_gemm = LAUNCH_ARGS.pack
+_pack_quantize = QUANTIZE_ARGS.pack
 
 device_index = torch.Tensor.get_device  # -1 on CPU; the unbound method: no wrapper call per tensor
 capturing = torch.cuda.is_current_stream_capturing
+# The current device's index, and raw_stream(index): the current cudaStream_t (a hipStream_t under ROCm torch) of a
+# device; torch's C functions themselves where it has CUDA or ROCm, a Python call less per launch.
+current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda i: torch.cuda.current_stream(i).cuda_stream
+)
 
 
-def current_device() -> int:
-    return torch._C._cuda_getDevice()
-
-
-def raw_stream(index: int) -> int:
-    """The current ``cudaStream_t`` (a ``hipStream_t`` under ROCm torch) of device ``index``."""
-    return torch._C._cuda_getCurrentRawStream(index)
+def switch_needed(index: int) -> bool:
+    """Whether kernels for tensors on device ``index`` must make it current (it is another than the current one).
+    Refused during a CUDA-graph capture: a launch on the tensors' device would run now, outside the graph."""
+    here = current_device()
+    if index == here:
+        return False
+    if capturing():
+        raise RuntimeError(
+            f"a CUDA graph is being captured on cuda:{here}, but the tensors are on cuda:{index}: their kernels would "
+            f"run outside the graph. Capture on the tensors' device: torch.cuda.graph(g, "
+            f"stream=torch.cuda.Stream('cuda:{index}'))"
+        )
+    return True
 
 
 def on_device(device: torch.device):
     """Kernels launch on the current device: switch to the tensors' device only when it is another one."""
-    here = current_device()
-    if device.index == here:
-        return contextlib.nullcontext()
-    if capturing():  # a launch on the tensors' device would run now, outside the graph being captured here
-        raise RuntimeError(
-            f"a CUDA graph is being captured on cuda:{here}, but the tensors are on {device}: their kernels would run "
-            f"outside the graph. Capture on the tensors' device: torch.cuda.graph(g, stream=torch.cuda.Stream({device}))"
-        )
-    return torch.cuda.device(device)
+    return torch.cuda.device(device) if switch_needed(device.index) else contextlib.nullcontext()
+
+
+def call_on_device(entry, address: int, index: int) -> None:
+    """``entry(address)`` with device ``index`` current: a backend entry launches on the current device, and the
+    plan found the tensors on another one (:func:`switch_needed`)."""
+    with torch.cuda.device(index):
+        entry(address)
+
+
+def call_gemm(plan, a, b, out) -> None:
+    """The backend's GEMM entry on a ``plans.GemmPlan`` of M > 0 rows: ``out`` <- ``a`` times ``b``."""
+    backend, m, n, k, dev = plan.backend, plan.m, plan.n, plan.k, plan.device
+    stream = raw_stream(dev)
+    workspace = scratch(backend.workspace_bytes(m, n, k), out.device, stream)
+    address = _pack_gemm(a.data_ptr(), b.data_ptr(), plan.a_scale.data_ptr(), plan.b_scale.data_ptr(), out.data_ptr(),
+                         workspace, m, n, k, plan.lda, plan.ldb, out.stride(0), plan.a_scale_ld, plan.b_scale_ld,
+                         out_kind(out.dtype), stream)  # fmt: skip
+    if plan.elsewhere:
+        call_on_device(backend.launch, address, dev)
+    else:
+        backend.launch(address)
+
+
+def call_quantize(backend, x2d: torch.Tensor, pow2: bool, dev: int, switch: bool):
+    """The backend's quantization entry on x2d [M >= 1, K] of device ``dev``: (FP8 codes, scales in the backend's
+    layout, their leading dimension)."""
+    x2d = kernel_rows(x2d)
+    m, k = x2d.shape
+    q = torch.empty((m, k), dtype=getattr(torch, backend.fp8_dtype), device=x2d.device)
+    scale, ld = empty_scale(m, k >> 7, backend.a_scale_layout, x2d.device)
+    stream = raw_stream(dev)
+    address = _pack_quantize(x2d.data_ptr(), q.data_ptr(), scale.data_ptr(), m, k, x2d.stride(0), ld,
+                             IN_KINDS[x2d.dtype], int(pow2), stream)  # fmt: skip
+    if switch:
+        call_on_device(backend.quantize, address, dev)
+    else:
+        backend.quantize(address)
+    return q, scale, ld
+
+
+def kernel_quantize(backend, x2d: torch.Tensor, pow2: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backend's quantization entry on the current device and stream (x2d's device, M >= 1): (codes, scales)."""
+    q, scale, _ = call_quantize(backend, x2d, pow2, x2d.device.index, False)
+    return q, scale
 
 
 def out_kind(dtype: torch.dtype) -> int:
@@ -55,27 +107,6 @@ def out_kind(dtype: torch.dtype) -> int:
 def requested_backend(name: str | None) -> str | None:
     """``backend=`` as the caller passed it, else ``$FP8GEMM_BACKEND``, else None (the best fit)."""
     return name or os.environ.get(registry.ENV_VAR) or None
-
-
-# --- autograd: no op has a backward, so none may take part in a graph that will be differentiated -------
-
-
-def grad_error(op: str, name: str) -> RuntimeError:
-    return RuntimeError(
-        f"fp8gemm.{op} has no backward, and {name} requires grad: a gradient through it would be wrong. Run "
-        f"inference under torch.no_grad() or torch.inference_mode(), or pass {name}.detach()"
-    )
-
-
-grad_enabled = torch.is_grad_enabled
-
-
-def refuse_grad(op: str, names: tuple[str, ...], tensors: tuple) -> None:
-    """Raise when grad mode is on and any of ``tensors`` requires grad (None and non-tensors are skipped)."""
-    if torch.is_grad_enabled():
-        for name, t in zip(names, tensors, strict=False):
-            if isinstance(t, torch.Tensor) and t.requires_grad:
-                raise grad_error(op, name)
 
 
 # --- the torch.library ops ------------------------------------------------------------------------------------
@@ -153,26 +184,16 @@ def fast_backend(index: int, requested: str | None) -> FastBackend | None:
     return _fast_backends[key]
 
 
-def weight_lds(found: FastBackend, b, b_scale, k: int, dev: int):
-    """``(ldb, b_scale_ld)`` where the kernel can read the weight ``b`` [N, K] (2-D, the backend's FP8 dtype:
-    the caller checked) and its scale in place on device ``dev``; None sends the call to the checked path."""
-    if type(b_scale) is not torch.Tensor or b_scale.dtype is not torch.float32:
-        return None
-    if (b.requires_grad or b_scale.requires_grad) and grad_enabled():  # the checked path refuses them
-        return None
-    n, b_k = b.shape
-    kb, nb = k >> 7, (n + 127) >> 7
-    if b_k != k or not n or n & 15 or b_scale.shape != (nb, kb):
-        return None
-    ldb, b1 = b.stride()
-    if b1 != 1 or ldb < k or ldb & 15:
-        return None
-    b_scale_ld = found.read_b_scale_ld(b_scale.stride(), nb, kb)
-    if b_scale_ld is None or device_index(b) != dev or device_index(b_scale) != dev:
-        return None
-    if (b.data_ptr() | b_scale.data_ptr()) & 15:
-        return None
-    return ldb, b_scale_ld
+def empty_scale(m: int, kb: int, layout: ScaleLayout | None, device) -> tuple[torch.Tensor, int]:
+    """An uninitialised fp32 [m, kb] scale tensor in ``layout`` (row-major when None) and its leading dimension."""
+    if layout is None:
+        return torch.empty((m, kb), dtype=torch.float32, device=device), kb
+    mult = layout.ld_multiple
+    if layout.order == K_MAJOR:
+        ld = -(-kb // mult) * mult
+        return torch.empty_strided((m, kb), (ld, 1), dtype=torch.float32, device=device), ld
+    ld = max(-(-m // mult) * mult, mult)
+    return torch.empty_strided((m, kb), (1, ld), dtype=torch.float32, device=device), ld
 
 
 def kernel_rows(x2d: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Input checks and scale-layout conversion.
 
 Every check works on metadata alone (shape, dtype, device, strides), so it also runs on fake tensors
-under torch.compile. Each error names the argument and the fix.
+under torch.compile. Each error names the argument and the fix. The planners (``plans``) call them once per
+call; the ops' fake implementations call them for torch.compile.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from .protocol import K_MAJOR, ScaleLayout
 from .reference import BLOCK, FP8_DTYPES
 
+IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what linear and quantize_activation take
 OUT_DTYPES = (torch.bfloat16, torch.float32)
 ALIGN_BYTES = 16  # TMA and 16-byte vector loads need it; demanded of every backend alike
 
@@ -141,6 +143,51 @@ def _check_out(out, out_dtype, a, m: int, n: int) -> torch.dtype:
         raise ValueError(f"out must be [M, N] = [{m}, {n}], got {tuple(out.shape)}")
     _check_rows_layout("out", out, n)
     return out.dtype
+
+
+def check_linear(x, weight, weight_scale, bias) -> None:
+    """Every argument of ``linear`` checked on metadata alone, each error under the caller's name."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor [..., K], got {type(x).__name__}")
+    if x.dtype not in IN_DTYPES:
+        raise TypeError(f"x must be a bfloat16/float16/float32 tensor [..., K], got {x.dtype}")
+    check_tensor("weight", weight)
+    check_fp8("weight", weight, "quantize it with fp8gemm.quantize_weight or use fp8gemm.nn.Fp8Linear")
+    n, k = weight.shape
+    if x.dim() == 0 or x.shape[-1] != k:
+        raise ValueError(
+            f"x's last dim must equal weight's in_features: x is {tuple(x.shape)}, weight is [N, K] = {(n, k)}"
+        )
+    if k == 0 or k % BLOCK:
+        raise ValueError(f"K = {k} (weight.shape[1]) must be a positive multiple of {BLOCK}; pad K with zeros")
+    check_weight(weight, weight_scale, k, ("weight", "weight_scale"))
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or not bias.dtype.is_floating_point:
+            got = bias.dtype if isinstance(bias, torch.Tensor) else type(bias).__name__
+            raise TypeError(f"bias must be a floating-point tensor [N] = [{n}] or None, got {got}")
+        if tuple(bias.shape) != (n,):
+            raise ValueError(f"bias must be [N] = [{n}], got {tuple(bias.shape)}")
+    check_same_device("x", x, weight=weight, weight_scale=weight_scale, bias=bias)
+
+
+def check_source(name: str, x) -> None:
+    """A float tensor [..., K] to quantize, K a positive multiple of 128."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in IN_DTYPES:
+        raise TypeError(f"{name} must be a bfloat16/float16/float32 tensor, got {x.dtype}")
+    if x.dim() == 0 or x.shape[-1] == 0 or x.shape[-1] % BLOCK:
+        k = x.shape[-1] if x.dim() else None
+        raise ValueError(f"{name}'s last dim (K = {k}) must be a positive multiple of {BLOCK}; pad it with zeros")
+
+
+def check_fp8_dtype(fp8_dtype) -> float:
+    """``fp8_dtype`` is one of the FP8 dtypes; returns its largest finite value."""
+    if not isinstance(fp8_dtype, torch.dtype):
+        raise TypeError(f"fp8_dtype must be a torch.dtype, got {fp8_dtype!r}")
+    if fp8_dtype not in FP8_DTYPES:
+        raise TypeError(f"fp8_dtype must be one of {', '.join(map(str, FP8_DTYPES))}, got {fp8_dtype}")
+    return torch.finfo(fp8_dtype).max
 
 
 @functools.cache

@@ -15,8 +15,8 @@ import torch
 
 from ..linear import linear
 from ..ops import gemm
-from ..quantize import quantize_activation, quantize_weight, reference_quantize
-from ..reference import BLOCK, oracle
+from ..quantize import quantize_activation, quantize_weight
+from ..reference import BLOCK, oracle, reference_quantize
 from .conformance import TOLERANCE, case_seed, relative_error
 
 IN_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
