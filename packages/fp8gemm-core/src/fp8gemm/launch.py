@@ -14,22 +14,35 @@ from . import runtime
 from .grouped_checks import GroupedPlan
 from .grouped_reference import reference_grouped
 from .plans import GemmPlan, LinearPlan, QuantizePlan
-from .protocol import GROUPED_ARGS, GROUPED_MASKED, LINEAR_ARGS
+from .protocol import GROUPED_ARGS, GROUPED_MASKED, LAUNCH_ARGS, LINEAR_ARGS
 from .reference import REFERENCE, reference_gemm, reference_quantize
 from .validation import layout_ld
 
+_pack_gemm = LAUNCH_ARGS.pack
 _pack_linear = LINEAR_ARGS.pack
 _pack_grouped = GROUPED_ARGS.pack
 
 
 def run_gemm(plan: GemmPlan, a, b, out) -> torch.Tensor:
-    """``out`` (allocated when None) <- the planned GEMM of ``a`` [M, K] and ``b`` [N, K]."""
+    """``out`` (allocated when None) <- the planned GEMM of ``a`` [M, K] and ``b`` [N, K]. The launch is
+    ``runtime.call_gemm``'s, written out here: the steady-state call's host time is a Python call less."""
+    backend, m, n, k, lda, ldb, a_scale, a_scale_ld, b_scale, b_scale_ld, out_dtype, dev, elsewhere = plan
     if out is None:
-        out = torch.empty((plan.m, plan.n), dtype=plan.out_dtype, device=a.device)
-    if plan.m and plan.backend is REFERENCE:
-        reference_gemm(a, b, plan.a_scale, plan.b_scale, out)
-    elif plan.m:
-        runtime.call_gemm(plan, a, b, out)
+        out, ldo = torch.empty((m, n), dtype=out_dtype, device=a.device), n
+    else:
+        ldo = out.stride(0)
+    if not m:
+        return out
+    if backend is REFERENCE:
+        return reference_gemm(a, b, a_scale, b_scale, out)
+    stream = runtime.raw_stream(dev)
+    workspace = runtime.scratch(backend.workspace_bytes(m, n, k), out.device, stream)
+    address = _pack_gemm(a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(), workspace,
+                         m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld, runtime.out_kind(out.dtype), stream)  # fmt: skip
+    if elsewhere:
+        runtime.call_on_device(backend.launch, address, dev)
+    else:
+        backend.launch(address)
     return out
 
 
@@ -40,7 +53,7 @@ def launch_gemm(backend, a, b, a_scale, b_scale, out) -> None:
     a_scale_ld, b_scale_ld = layout_ld(a_scale, backend.a_scale_layout), layout_ld(b_scale, backend.b_scale_layout)
     plan = GemmPlan(backend, m, n, k, a.stride(0), b.stride(0), a_scale, a_scale_ld, b_scale, b_scale_ld, out.dtype,
                     runtime.device_index(a), False)  # fmt: skip
-    runtime.call_gemm(plan, a, b, out)
+    run_gemm(plan, a, b, out)
 
 
 def run_linear(plan: LinearPlan, x, weight, bias, pow2: bool) -> torch.Tensor:
@@ -97,24 +110,25 @@ def run_quantize(plan: QuantizePlan, x, pow2: bool) -> tuple[torch.Tensor, torch
 def run_grouped(plan: GroupedPlan, a, b, group_rows, out, expected_m: int = 0) -> torch.Tensor:
     """``out`` (allocated when None: zeros, as rows in no group read 0) <- each group's rows of ``a`` times its
     ``b``: the backend's grouped kernel where the plan has it, else the grouped reference."""
+    (backend, layout, (groups, m, n, k), out_shape, out_dtype, kernel, a_scale, a_scale_ld, a_scale_group_stride,
+     b_scale, b_scale_ld, b_scale_group_stride, dev, elsewhere) = plan  # fmt: skip
     if out is None:
-        out = torch.zeros(plan.out_shape, dtype=plan.out_dtype, device=a.device)
-    if not plan.kernel:
-        if plan.shape.m:
-            reference_grouped(plan.layout, a, b, plan.a_scale, plan.b_scale, group_rows, out)
+        out = torch.zeros(out_shape, dtype=out_dtype, device=a.device)
+    if not kernel:
+        if m:
+            reference_grouped(layout, a, b, a_scale, b_scale, group_rows, out)
         return out
-    backend, layout, (groups, m, n, k), dev = plan.backend, plan.layout, plan.shape, plan.device
     masked = layout == GROUPED_MASKED
     group_rows = group_rows.contiguous()  # a device-side copy at most: kernels read it as a plain int32 array
     stream = runtime.raw_stream(dev)
     workspace = runtime.scratch(backend.grouped_workspace_bytes(layout, m, n, k, groups), out.device, stream)
     address = _pack_grouped(
-        a.data_ptr(), b.data_ptr(), plan.a_scale.data_ptr(), plan.b_scale.data_ptr(), out.data_ptr(), workspace,
-        group_rows.data_ptr(), m, n, k, groups, a.stride(-2), b.stride(1), out.stride(-2), plan.a_scale_ld,
-        plan.b_scale_ld, a.stride(0) if masked else 0, b.stride(0), out.stride(0) if masked else 0,
-        plan.a_scale_group_stride, plan.b_scale_group_stride, expected_m, layout, runtime.out_kind(out.dtype), stream,
+        a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(), workspace,
+        group_rows.data_ptr(), m, n, k, groups, a.stride(-2), b.stride(1), out.stride(-2), a_scale_ld, b_scale_ld,
+        a.stride(0) if masked else 0, b.stride(0), out.stride(0) if masked else 0, a_scale_group_stride,
+        b_scale_group_stride, expected_m, layout, runtime.out_kind(out.dtype), stream,
     )  # fmt: skip
-    if plan.elsewhere:
+    if elsewhere:
         runtime.call_on_device(backend.grouped_launch, address, dev)
     else:
         backend.grouped_launch(address)

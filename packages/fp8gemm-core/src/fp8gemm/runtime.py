@@ -64,7 +64,8 @@ def call_on_device(entry, address: int, index: int) -> None:
 
 
 def call_gemm(plan, a, b, out) -> None:
-    """The backend's GEMM entry on a ``plans.GemmPlan`` of M > 0 rows: ``out`` <- ``a`` times ``b``."""
+    """The backend's GEMM entry on a ``plans.GemmPlan`` of M > 0 rows: ``out`` <- ``a`` times ``b`` (the GEMM of a
+    linear layer quantized from Python; ``launch.run_gemm`` writes the same launch out)."""
     backend, m, n, k, dev = plan.backend, plan.m, plan.n, plan.k, plan.device
     stream = raw_stream(dev)
     workspace = scratch(backend.workspace_bytes(m, n, k), out.device, stream)
