@@ -29,7 +29,8 @@ class GroupedShape(NamedTuple):
 
 
 class GroupedPlan(NamedTuple):
-    """One checked grouped call: what its run reads besides the tensors."""
+    """One checked grouped call: what its run reads besides the tensors. Built as a plain tuple of these fields, in
+    this order, as the fast plans of ``plans`` are: grouped calls and the MoE layer's take this path every time."""
 
     backend: object  # the Backend that runs on a's device, or REFERENCE
     layout: int  # protocol.GROUPED_*: what the row map (offs, m_indices or masked_m) is
@@ -64,15 +65,15 @@ def launch_plan(backend, layout: int, shape: GroupedShape, out_shape, out_dtype,
     """The plan of a grouped call on operands already checked (by :func:`check_grouped`, or by ``fused_experts``):
     the kernel's scales conformed to its layout."""
     if not shape.m or not uses_grouped_kernel(backend, layout):
-        return GroupedPlan(backend, layout, shape, out_shape, out_dtype, False, a_scale, 0, 0, b_scale, 0, 0, -1, False)
+        return backend, layout, shape, out_shape, out_dtype, False, a_scale, 0, 0, b_scale, 0, 0, -1, False
     if layout == GROUPED_MASKED:
         a_scale, a_scale_ld, a_scale_group_stride = conform_group_scale(a_scale, backend.a_scale_layout)
     else:
         (a_scale, a_scale_ld), a_scale_group_stride = conform_scale(a_scale, backend.a_scale_layout), 0
-    b_scales = conform_group_scale(b_scale, backend.b_scale_layout)
-    a_scales, dev = (a_scale, a_scale_ld, a_scale_group_stride), runtime.device_index(a)
-    switch = runtime.switch_needed(dev)
-    return GroupedPlan(backend, layout, shape, out_shape, out_dtype, True, *a_scales, *b_scales, dev, switch)
+    b_scale, b_scale_ld, b_scale_group_stride = conform_group_scale(b_scale, backend.b_scale_layout)
+    dev = runtime.device_index(a)
+    return (backend, layout, shape, out_shape, out_dtype, True, a_scale, a_scale_ld, a_scale_group_stride, b_scale,
+            b_scale_ld, b_scale_group_stride, dev, runtime.switch_needed(dev))  # fmt: skip
 
 
 def uses_grouped_kernel(backend, layout: int) -> bool:
