@@ -4,7 +4,8 @@ transformers hands its parameters to the kernel on every call: FP8 weights that 
 scales as the checkpoint stores them (fp32 or UE8M0, row-major). Checking them and converting the scale into the
 backend's layout (``prepare_weight_scale``; UE8M0 to fp32) is done on a weight's first call and kept, keyed by what
 can change between calls: a reload (``.to()``, ``load_state_dict``, ``param.data = ...``) gives a new address, shape
-or stride, an in-place write into a converted scale a new version; then it is done again. What is kept is not in any ``state_dict``.
+or stride, an in-place write into a converted scale a new version; then it is done again. What is kept is in no
+``state_dict``.
 """
 
 from __future__ import annotations
