@@ -416,5 +416,16 @@ def test_use_in_transformers_keeps_other_local_kernels(monkeypatch):
     assert kernel.matmul_2d is hf.matmul_2d and kernel.matmul_grouped is hf.matmul_grouped
 
 
+@needs_transformers
+@pytest.mark.parametrize("before, after", [(None, "1"), ("0", "0")])
+def test_use_in_transformers_turns_off_the_deepgemm_probe_unless_the_user_chose(monkeypatch, before, after):
+    if before is None:
+        monkeypatch.delenv("TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR", raising=False)
+    else:
+        monkeypatch.setenv("TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR", before)
+    hf.use_in_transformers()
+    assert os.environ["TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR"] == after
+
+
 if __name__ == "__main__":  # one route in a fresh interpreter: run_route
     torch.save(run_modules(sys.argv[1]), sys.argv[2])

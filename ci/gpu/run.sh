@@ -16,7 +16,8 @@
 #   bench-grouped  fp8gemm bench --grouped        -> grouped.json, grouped.png, grouped.txt
 #   bench-moe      fp8gemm bench --moe            -> moe.json, moe.png, moe.txt
 #   models         python3 -m fp8gemm_bench.models on whole transformers models (the Hub layout in /tmp/hub first)
-#   host           python3 ci/host_overhead.py    -> host.txt
+#   host           python3 ci/host_overhead.py, per call and whole models in eager (`kernels` from .whl/ for
+#                  transformers' rows) -> host.txt, host.json, eager.txt, eager.json
 #   hub            kernel-builder's build of the Hub kernel, then the conformance rows through the built library
 #   ab             AB_OLD=DIR: that copy of an arch package against the working tree's, both built and timed in one
 #                  process on the GEMM benchmark's shapes (ci/gpu/inprocess_ab.py) -> ab.txt, inprocess_ab.json
@@ -145,6 +146,12 @@ models() {
     python3 -m fp8gemm_bench.models --out "$OUT" $hub ${MODELS_ARGS:-}
 }
 
+host() {  # per call, then whole models; transformers' rows need `kernels` (its wheels in .whl/, as peers installs them)
+  python3 -c "import kernels" 2>/dev/null || python3 -m pip install -q --no-deps $(python3 ci/gpu/kernels_wheels.py .whl)
+  logged host.txt 40 timeout "$(seconds host 300)" python3 ci/host_overhead.py --json "$OUT/host.json"
+  logged eager.txt 40 timeout "$(seconds eager 400)" python3 ci/host_overhead.py --models --json "$OUT/eager.json"
+}
+
 hub() {  # kernel-builder's CMake project from ci/build_hub.py's tree, built, then checked (ci/hub/check_variant.py)
   local tree=/tmp/fp8gemm-hub-builder arches=${HUB_ARCHES:-}
   [ -n "$arches" ] || arches=$(shipped_backends)
@@ -207,7 +214,7 @@ for step in "$@"; do
     bench-grouped) bench grouped 50 --grouped ;;
     bench-moe) bench moe 60 --moe ;;
     models) models ;;
-    host) logged host.txt 40 timeout "$(seconds host 300)" python3 ci/host_overhead.py ;;
+    host) host ;;
     hub) hub || failed+=(hub) ;;
     ab) ab || failed+=(ab) ;;
   esac

@@ -23,6 +23,7 @@ REPO_ID = "kernels-community/finegrained-fp8"  # transformers' _HUB_KERNEL_MAPPI
 REQUESTED_VERSION = 4  # what transformers 5.22-5.24 ask for; kernels does not check a local kernel's version
 VARIANT = "torch-universal"  # a noarch variant kernels accepts on every backend (kernels/variants.py)
 NAMES = ("matmul_2d", "matmul_batched", "matmul_grouped")
+DEEPGEMM_SWITCH = "TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR"  # transformers/integrations/finegrained_fp8.py, fp8_linear
 
 _made: dict[str, Path] = {}
 
@@ -91,7 +92,9 @@ def use_in_transformers(repo_id: str = REPO_ID) -> ModuleType:
     first kernel it loads. Needs the ``kernels`` package, in the version range the installed transformers accepts.
     Where transformers has FP8 experts, it also registers the experts implementation ``"fp8gemm"``
     (:func:`~fp8gemm.hf.register_experts_implementation`), which a model takes with
-    ``experts_implementation="fp8gemm"``.
+    ``experts_implementation="fp8gemm"``. Unless already set, it sets ``TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR=1``:
+    transformers' FP8 linear otherwise tries DeepGEMM before this kernel on every call, takes it where it loads, and
+    retries a failed load each time (~85 us per call on an H100 host).
     """
     try:
         import kernels
@@ -103,6 +106,7 @@ def use_in_transformers(repo_id: str = REPO_ID) -> ModuleType:
         raise RuntimeError(f"LOCAL_KERNELS separates entries with ':', which the kernel directory {path} contains")
     kept = [e for e in os.environ.get("LOCAL_KERNELS", "").split(":") if e and e.split("=", 1)[0] != repo_id]
     os.environ["LOCAL_KERNELS"] = ":".join([*kept, f"{repo_id}={path}"])
+    os.environ.setdefault(DEEPGEMM_SWITCH, "1")  # read by transformers' fp8_linear on every call
     kernel = kernels.get_kernel(repo_id, version=REQUESTED_VERSION)
     _register_experts()
     return kernel
