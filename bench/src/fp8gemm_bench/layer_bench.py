@@ -125,7 +125,7 @@ def eager_wall(
 def _raw_entries(x, qw, w_scale, qx, x_scale) -> dict:
     """The backend's ``linear`` and ``launch`` entries on buffers allocated once, where it has both."""
     dev = x.get_device()
-    backend, _, read_a_ld, read_b_ld = runtime.fast_backend(dev, None) or (None,) * 4
+    backend, _, read_a_ld, read_b_ld = (runtime.fast_backend(dev, None) or (None,) * 4)[:4]
     if backend is None or backend.linear is None:
         return {}
     (m, k), n = x.shape, qw.shape[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from .native import load_native_ops
 from .protocol import MIRRORS, PROTOCOL_VERSION, Backend, ScaleLayout
 
 
@@ -43,6 +44,7 @@ def backend_from_module(
     is refused."""
     check_protocol(module, package)
     info = dict(module.build_info())
+    native, info["native_ops"] = load_native_ops(module, fp8_dtype, a_scale_layout, b_scale_layout)
     targets = tuple(t for t in info.get("targets", "").split(",") if t)
     if not targets:
         raise RuntimeError(f"{package}: its module's build_info() names no targets; rebuild the package")
@@ -68,5 +70,6 @@ def backend_from_module(
         moe_activation=getattr(module, "moe_activation", None),
         moe_combine=getattr(module, "moe_combine", None),
         moe_workspace_bytes=getattr(module, "moe_workspace_bytes", None),
+        native=native,
         priority=priority,
     )

@@ -13,6 +13,7 @@ import torch
 from . import runtime
 from .autograd import refuse_grad
 from .launch import run_linear
+from .native import reraise_unless_miss
 from .plans import checked_linear_plan, fast_linear_plan
 from .runtime import LIBRARY
 from .validation import check_linear
@@ -23,9 +24,7 @@ LINEAR_NAMES = ("x", "weight", "weight_scale", "bias")
 @runtime.op("linear", "linear", LINEAR_NAMES)
 def _linear_op(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
                pow2_scales: bool, backend: str) -> torch.Tensor:  # fmt: skip
-    plan = fast_linear_plan(x, weight, weight_scale, bias, backend)
-    plan = plan or checked_linear_plan(x, weight, weight_scale, bias, backend)
-    return run_linear(plan, x, weight, bias, pow2_scales)
+    return eager_linear(x, weight, weight_scale, bias, pow2_scales, backend)
 
 
 @_linear_op.register_fake
@@ -58,6 +57,17 @@ def linear(
         refuse_grad("linear", LINEAR_NAMES, (x, weight, weight_scale, bias))
     if torch.compiler.is_compiling():
         return _ops.linear(x, weight, weight_scale, bias, pow2_scales, backend or "")
+    return eager_linear(x, weight, weight_scale, bias, pow2_scales, backend)
+
+
+def eager_linear(x, weight, weight_scale, bias, pow2_scales: bool, backend: str | None) -> torch.Tensor:
+    """One call: the backend's native op where it takes it (one C++ call), else the planned call."""
+    native = runtime.native_ops(x, weight, backend) if bias is None else None
+    if native is not None:
+        try:
+            return native.linear(x, weight, weight_scale, pow2_scales)
+        except RuntimeError as error:
+            reraise_unless_miss(error)
     plan = fast_linear_plan(x, weight, weight_scale, bias, backend)
     plan = plan or checked_linear_plan(x, weight, weight_scale, bias, backend)
     return run_linear(plan, x, weight, bias, pow2_scales)

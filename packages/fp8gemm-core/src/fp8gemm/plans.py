@@ -88,7 +88,7 @@ def fast_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend_name):  # noq
     found = runtime.fast_backend(dev, runtime.requested_backend(backend_name))
     if found is None:
         return None
-    backend, fp8, read_a_scale_ld, _ = found
+    backend, fp8, read_a_scale_ld = found[:3]
     f32 = torch.float32
     if a.dtype is not fp8 or b.dtype is not fp8 or a_scale.dtype is not f32 or len(a.shape) != 2 or len(b.shape) != 2:
         return None

@@ -214,6 +214,7 @@ class Backend:
     moe_activation: MoeStepFn | None = None
     moe_combine: MoeStepFn | None = None
     moe_workspace_bytes: Callable[[int, int, int], int] | None = None  # moe_route's, for (tokens, top_k, experts)
+    native: object = None  # optional: fp8gemm.native.NativeOps, the steady-state calls as C++ dispatcher ops
 
     def __post_init__(self):
         if self.platform not in ("cuda", "rocm"):

@@ -12,6 +12,7 @@ import torch
 from . import runtime
 from .autograd import refuse_grad
 from .launch import run_quantize
+from .native import reraise_unless_miss
 from .plans import plan_quantize
 from .reference import BLOCK, reciprocal, scale_from_amax
 from .registry import backend_defaults
@@ -52,6 +53,12 @@ def quantize_activation(
     refuse_grad("quantize_activation", ("x",), (x,))  # traced as a guard under torch.compile
     if torch.compiler.is_compiling():
         return _ops.quantize_activation(x, fp8_dtype, pow2_scales, backend or "")
+    native = runtime.native_ops(x, x, backend)
+    if native is not None and fp8_dtype is None:  # the backend's dtype, which the native op writes
+        try:
+            return native.quantize_activation(x, pow2_scales)
+        except RuntimeError as error:
+            reraise_unless_miss(error)
     return run_quantize(plan_quantize(x, fp8_dtype, backend), x, pow2_scales)
 
 

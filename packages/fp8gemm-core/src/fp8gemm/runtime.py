@@ -160,6 +160,7 @@ class FastBackend(NamedTuple):
     fp8_dtype: torch.dtype
     read_a_scale_ld: object  # validation.ld_reader of its a_scale layout
     read_b_scale_ld: object
+    native: object  # its NativeOps, or None
 
 
 _fast_backends: dict[tuple[int, str | None], FastBackend | None] = {}
@@ -180,9 +181,25 @@ def fast_backend(index: int, requested: str | None) -> FastBackend | None:
                 getattr(torch, chosen.fp8_dtype),
                 ld_reader(chosen.a_scale_layout),
                 ld_reader(chosen.b_scale_layout),
+                chosen.native,
             )
         )
     return _fast_backends[key]
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a subclass (DTensor, a fake tensor) takes the Python planner
+
+
+def native_ops(t: torch.Tensor, other, requested: str | None):
+    """The native ops (fp8gemm.native) of the backend for ``t``'s device when it is the current one and ``t`` and
+    ``other`` are plain tensors, else None."""
+    if type(t) not in _PLAIN or type(other) not in _PLAIN:
+        return None
+    dev = device_index(t)
+    if dev < 0:
+        return None
+    found = fast_backend(dev, requested_backend(requested))
+    return None if found is None or dev != current_device() else found.native
 
 
 def empty_scale(m: int, kb: int, layout: ScaleLayout | None, device) -> tuple[torch.Tensor, int]:

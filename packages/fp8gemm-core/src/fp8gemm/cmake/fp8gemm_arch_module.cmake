@@ -17,7 +17,10 @@
 #                       COMPILER <compiler and version> SOURCES <binding .cpp ...>
 #                       [CUDA_SOURCES <.cu ...>] [OBJECTS <prebuilt objects>] [INCLUDES ...] [LIBRARIES ...])
 #
-# pybind11, no libtorch; CUDA_SOURCES compiled by nvcc into a static library with cudart linked statically (the
+# and, where the build environment has torch >= 2.10 (FP8GEMM_NATIVE_OPS=AUTO; ON requires it, OFF skips it), the
+# native ops library `_native_ops` (fp8gemm_native_ops below).
+#
+# `_C`: pybind11, no libtorch; CUDA_SOURCES compiled by nvcc into a static library with cudart linked statically (the
 # module needs only the driver at run time); every symbol but PyInit__C hidden, so two builds of one package load
 # into one process (tests/test_build_*.py); the core's include folder (FP8GEMM_INCLUDE) on every include path;
 # build_info's macros (fp8gemm/build_info.hpp).
@@ -87,6 +90,47 @@ function(fp8gemm_arch_module)
   file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/exports.map "{ global: PyInit__C; local: *; };\n")
   target_link_options(_C PRIVATE "LINKER:--version-script=${CMAKE_CURRENT_BINARY_DIR}/exports.map")
   install(TARGETS _C LIBRARY DESTINATION ${ARG_PACKAGE})
+  fp8gemm_native_ops(${ARG_PACKAGE})
+endfunction()
+
+set(FP8GEMM_NATIVE_OPS AUTO CACHE STRING "build the native ops library: AUTO (where torch >= 2.10 is importable), ON, OFF")
+set(FP8GEMM_NATIVE_OPS_SOURCE "${CMAKE_CURRENT_LIST_DIR}/../csrc/native_ops.cpp")
+
+# `_native_ops`: fp8gemm/csrc/native_ops.cpp, the package's GEMM, quantizer and Linear layer as torch dispatcher ops in
+# C++ under the namespace <package>, built against torch's stable ABI (TORCH_TARGET_VERSION 2.10: one build serves
+# every later torch) and linked to torch's libraries by name, which the process has loaded before it loads this one.
+# Plain C++: the kernels stay in `_C`, whose entries the core hands over at load (fp8gemm/native.py).
+function(fp8gemm_native_ops package)
+  if(FP8GEMM_NATIVE_OPS STREQUAL "OFF")
+    return()
+  endif()
+  execute_process(
+    COMMAND "${Python_EXECUTABLE}" -c "import os, torch; v = tuple(int(p) for p in torch.__version__.split('+')[0].split('.')[:2]); assert v >= (2, 10), torch.__version__; d = os.path.dirname(torch.__file__); print(os.path.join(d, 'include') + ';' + os.path.join(d, 'lib'))"
+    OUTPUT_VARIABLE torch_dirs OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_VARIABLE torch_error RESULT_VARIABLE torch_status)
+  if(NOT torch_status EQUAL 0)
+    if(FP8GEMM_NATIVE_OPS STREQUAL "ON")
+      message(FATAL_ERROR "FP8GEMM_NATIVE_OPS=ON needs torch >= 2.10 in the build environment: ${torch_error}")
+    endif()
+    message(STATUS "fp8gemm: no torch >= 2.10 in the build environment: ${package} is built without _native_ops")
+    return()
+  endif()
+  list(GET torch_dirs 0 torch_include)
+  list(GET torch_dirs 1 torch_lib)
+  set(torch_libraries)
+  foreach(name torch_cpu c10 torch_cuda torch_hip)  # the GPU one of this torch's build, where it has one
+    find_library(lib_${name} ${name} PATHS ${torch_lib} NO_DEFAULT_PATH NO_CACHE)
+    if(lib_${name})
+      list(APPEND torch_libraries ${lib_${name}})
+    endif()
+  endforeach()
+  add_library(native_ops MODULE ${FP8GEMM_NATIVE_OPS_SOURCE})
+  set_target_properties(native_ops PROPERTIES PREFIX "" OUTPUT_NAME _native_ops CXX_VISIBILITY_PRESET hidden
+                        VISIBILITY_INLINES_HIDDEN ON)
+  target_include_directories(native_ops PRIVATE ${FP8GEMM_INCLUDE} ${torch_include})
+  target_compile_definitions(native_ops PRIVATE FP8GEMM_OPS_NAMESPACE=${package}
+                                                TORCH_TARGET_VERSION=0x020a000000000000)
+  target_link_libraries(native_ops PRIVATE ${torch_libraries})
+  install(TARGETS native_ops LIBRARY DESTINATION ${package})
 endfunction()
 
 # A macro, as fp8gemm_enable_cuda is: enable_language must run in the CMakeLists' own scope.

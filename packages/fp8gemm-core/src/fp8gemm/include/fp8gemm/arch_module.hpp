@@ -8,6 +8,7 @@
 #pragma once
 #include "fp8gemm/arch_entry.hpp"
 #include "fp8gemm/backend_module.hpp"
+#include "fp8gemm/native_entries.hpp"
 
 namespace fp8gemm {
 // Internal linkage: each arch's module binds its own namespace's entries, and one library may link several arches.
@@ -22,6 +23,11 @@ void define_arch_module(pybind11::module_& m, BuildInfo build_info) {
   define_two_step_linear_entry(m, &arch::quantize, &arch::launch, &arch::workspace_bytes, arch::kAScaleLdMultiple);
   define_grouped_entry(m, &arch::grouped_launch);
   define_moe_entry(m, &arch::moe_route, &arch::moe_activation, &arch::moe_combine, &arch::moe_workspace_bytes);
+  m.def("native_entries", [] {
+    static const NativeEntries entries{kNativeEntriesVersion, sizeof(NativeEntries), &arch::launch,
+                                       &arch::workspace_bytes, &arch::quantize, arch::kAScaleLdMultiple};
+    return reinterpret_cast<uintptr_t>(&entries);
+  }, "The address of this module's entries for its native ops library (fp8gemm/native_entries.hpp)");
 }
 
 }  // namespace

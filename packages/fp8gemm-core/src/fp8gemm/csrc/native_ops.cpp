@@ -1,0 +1,250 @@
+// An arch package's GEMM, activation quantizer and Linear layer as torch dispatcher ops in C++: checks, output and
+// scratch allocation, the current stream and the launches in one call from Python. Built by every arch package as
+// its `_ops` library (fp8gemm_native_ops() in fp8gemm_arch_module.cmake) against PyTorch's stable ABI, so one build
+// serves every torch from TORCH_TARGET_VERSION (2.10) on; the kernels stay in `_C`, whose entries `bind` receives.
+//
+// Each op takes exactly the steady-state call of the Python planner's fast path (fp8gemm/plans.py) and computes the
+// same bits (the same entries, workspace layout and output layout). Any other call raises an error starting with
+// kMiss, and the Python wrapper then runs the checked planner, which handles it or raises the precise error.
+#ifndef USE_CUDA
+#define USE_CUDA 1  // declares aoti_torch_get_current_cuda_stream (a hipStream_t under ROCm torch)
+#endif
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "fp8gemm/linear_steps.hpp"
+#include "fp8gemm/native_entries.hpp"
+
+#ifndef FP8GEMM_OPS_NAMESPACE
+#error "define FP8GEMM_OPS_NAMESPACE (the arch package's Python name, the ops' torch.library namespace)"
+#endif
+
+namespace {
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+
+constexpr const char* kMiss = "fp8gemm native path: ";  // fp8gemm/native.py's NATIVE_MISS
+
+struct Bound {
+  fp8gemm::NativeEntries entries{};
+  ScalarType fp8 = ScalarType::Float8_e4m3fn;
+  int64_t b_scale_ld_multiple = 1;
+  bool bound = false;
+};
+Bound g;
+
+[[noreturn]] void miss(const std::string& why) { throw std::runtime_error(kMiss + why); }
+void need(bool ok, const char* why) {
+  if (!ok) miss(why);
+}
+
+void bind(int64_t entries, int64_t fp8_kind, int64_t b_scale_ld_multiple) {
+  const auto* e = reinterpret_cast<const fp8gemm::NativeEntries*>(static_cast<uintptr_t>(entries));
+  if (!e || e->version != fp8gemm::kNativeEntriesVersion || e->size != sizeof(fp8gemm::NativeEntries))
+    throw std::runtime_error("fp8gemm: the native ops library and the arch module are of different builds; "
+                             "reinstall the arch package");
+  g.entries = *e;
+  g.fp8 = fp8_kind ? ScalarType::Float8_e4m3fnuz : ScalarType::Float8_e4m3fn;
+  g.b_scale_ld_multiple = b_scale_ld_multiple;
+  g.bound = true;
+}
+
+bool aligned16(const Tensor& t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; }
+
+// The tensor's device, which must be the current one (another device or a CUDA-graph capture elsewhere is the
+// Python planner's), and that device's current stream.
+uintptr_t current_stream(const Tensor& t, int32_t* device) {
+  need(g.bound, "not bound");
+  need(t.is_cuda(), "not a GPU tensor");
+  *device = t.get_device_index();
+  need(*device == torch::stable::accelerator::getCurrentDeviceIndex(), "not the current device");
+  void* stream = nullptr;
+  if (aoti_torch_get_current_cuda_stream(*device, &stream) != AOTI_TORCH_SUCCESS)
+    throw std::runtime_error("fp8gemm: torch gave no current stream for the tensors' device");
+  return reinterpret_cast<uintptr_t>(stream);
+}
+
+void need_on(const Tensor& t, int32_t device, ScalarType dtype, const char* what) {
+  need(t.is_cuda() && t.get_device_index() == device && t.scalar_type() == dtype, what);
+}
+
+// The weight [n, k] (FP8, rows 16-byte aligned) and its scale [ceil(n/128), k/128] K-major: (ldb, b_scale_ld).
+std::pair<int64_t, int64_t> weight_lds(const Tensor& b, const Tensor& b_scale, int64_t k, int32_t device) {
+  need_on(b, device, g.fp8, "weight dtype or device");
+  need_on(b_scale, device, ScalarType::Float, "weight scale dtype or device");
+  need(b.dim() == 2 && b_scale.dim() == 2, "weight or scale not 2-D");
+  const int64_t n = b.size(0), kb = k / 128, nb = (n + 127) / 128;
+  need(b.size(1) == k && n > 0 && n % 16 == 0, "weight shape");
+  need(b_scale.size(0) == nb && b_scale.size(1) == kb, "weight scale shape");
+  const int64_t ldb = b.stride(0);
+  need(b.stride(1) == 1 && ldb >= k && ldb % 16 == 0 && aligned16(b), "weight layout");
+  need(kb == 1 || b_scale.stride(1) == 1, "weight scale not K-major");
+  const int64_t ld = nb > 1 ? b_scale.stride(0) : std::max<int64_t>(b_scale.stride(0), kb);
+  need(ld >= kb && ld % g.b_scale_ld_multiple == 0 && aligned16(b_scale), "weight scale layout");
+  return {ldb, ld};
+}
+
+int in_kind(ScalarType t) {
+  switch (t) {
+    case ScalarType::BFloat16: return fp8gemm::kInBF16;
+    case ScalarType::Half: return fp8gemm::kInFP16;
+    case ScalarType::Float: return fp8gemm::kInFP32;
+    default: miss("activation dtype");
+  }
+}
+
+// x [..., k] as rows the kernels read in place: (m, ldx).
+std::pair<int64_t, int64_t> rows_of(const Tensor& x, int64_t k) {
+  need(x.dim() >= 1 && x.size(x.dim() - 1) == k && k > 0 && k % 128 == 0, "activation shape");
+  const int64_t m = x.numel() / k, size = x.scalar_type() == ScalarType::Float ? 4 : 2;
+  need(m > 0, "no rows");
+  int64_t ldx = k;
+  if (x.dim() == 2) {
+    ldx = x.stride(0);
+    need(x.stride(1) == 1 && ldx >= k, "activation layout");
+  } else {
+    need(x.is_contiguous(), "activation layout");
+  }
+  need((ldx * size) % 16 == 0 && aligned16(x), "activation alignment");
+  return {m, ldx};
+}
+
+std::vector<int64_t> with_last(const Tensor& x, int64_t last) {
+  std::vector<int64_t> shape;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) shape.push_back(x.size(d));
+  shape.push_back(last);
+  return shape;
+}
+
+Tensor linear(Tensor x, Tensor weight, Tensor weight_scale, bool pow2_scales) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(x, &device);
+  // bf16 only: fp16 and fp32 go through an fp32 GEMM and a conversion, the Python planner's
+  need(x.scalar_type() == ScalarType::BFloat16, "activation dtype");
+  need(weight.dim() == 2, "weight not 2-D");
+  const int64_t n = weight.size(0), k = weight.size(1);
+  const auto [m, ldx] = rows_of(x, k);
+  const auto [ldb, b_scale_ld] = weight_lds(weight, weight_scale, k, device);
+  need(g.entries.quantize != nullptr, "no quantization kernel");
+  Tensor y = torch::stable::new_empty(x, with_last(x, n), ScalarType::BFloat16);
+  const fp8gemm::LinearWorkspace w =
+      fp8gemm::linear_workspace(m, k, g.entries.workspace_bytes(m, n, k), g.entries.a_scale_ld_multiple);
+  Tensor workspace = torch::stable::new_empty(x, {w.bytes}, ScalarType::Byte);
+  const fp8gemm::LinearArgs args{reinterpret_cast<uintptr_t>(x.data_ptr()), reinterpret_cast<uintptr_t>(weight.data_ptr()),
+                                 reinterpret_cast<uintptr_t>(weight_scale.data_ptr()), reinterpret_cast<uintptr_t>(y.data_ptr()),
+                                 reinterpret_cast<uintptr_t>(workspace.data_ptr()), m, n, k, ldx, ldb, n, b_scale_ld,
+                                 fp8gemm::kOutBF16, fp8gemm::kInBF16, pow2_scales ? 1 : 0, stream};
+  fp8gemm::linear_in_two_steps(args, w, g.entries.quantize, g.entries.launch);
+  return y;
+}
+
+// a [m, k] FP8 and its MN-major scales [m, k/128]: (lda, a_scale_ld).
+std::pair<int64_t, int64_t> activation_lds(const Tensor& a, const Tensor& a_scale, int32_t device, int64_t* m,
+                                           int64_t* k) {
+  need_on(a, device, g.fp8, "a dtype or device");
+  need_on(a_scale, device, ScalarType::Float, "a_scale dtype or device");
+  need(a.dim() == 2 && a_scale.dim() == 2, "a or a_scale not 2-D");
+  *m = a.size(0);
+  *k = a.size(1);
+  need(*m > 0 && *k > 0 && *k % 128 == 0 && a_scale.size(0) == *m && a_scale.size(1) == *k / 128, "a shape");
+  const int64_t lda = a.stride(0), mult = g.entries.a_scale_ld_multiple;
+  need(a.stride(1) == 1 && lda >= *k && lda % 16 == 0 && aligned16(a), "a layout");
+  need(*m == 1 || a_scale.stride(0) == 1, "a_scale not MN-major");
+  const int64_t ld = *k > 128 ? a_scale.stride(1) : std::max<int64_t>(a_scale.stride(1), *m);
+  need(ld >= *m && ld % mult == 0 && aligned16(a_scale), "a_scale layout");
+  return {lda, ld};
+}
+
+void gemm_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale, Tensor& out,
+               int64_t m, int64_t k, int64_t lda, int64_t a_scale_ld, int32_t device, uintptr_t stream) {
+  const auto [ldb, b_scale_ld] = weight_lds(b, b_scale, k, device);
+  const int64_t n = b.size(0);
+  const int64_t bytes = g.entries.workspace_bytes(m, n, k);
+  Tensor workspace = torch::stable::new_empty(a, {bytes > 0 ? bytes : 1}, ScalarType::Byte);
+  g.entries.launch(fp8gemm::LaunchArgs{
+      reinterpret_cast<uintptr_t>(a.data_ptr()), reinterpret_cast<uintptr_t>(b.data_ptr()),
+      reinterpret_cast<uintptr_t>(a_scale.data_ptr()), reinterpret_cast<uintptr_t>(b_scale.data_ptr()),
+      reinterpret_cast<uintptr_t>(out.data_ptr()), bytes > 0 ? reinterpret_cast<uintptr_t>(workspace.data_ptr()) : 0,
+      m, n, k, lda, ldb, out.stride(0), a_scale_ld, b_scale_ld,
+      out.scalar_type() == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
+}
+
+Tensor gemm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, bool fp32_out) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(a, &device);
+  int64_t m = 0, k = 0;
+  const auto [lda, a_scale_ld] = activation_lds(a, a_scale, device, &m, &k);
+  need(b.dim() == 2, "b not 2-D");
+  Tensor out = torch::stable::new_empty(a, {m, b.size(0)}, fp32_out ? ScalarType::Float : ScalarType::BFloat16);
+  gemm_into(a, b, a_scale, b_scale, out, m, k, lda, a_scale_ld, device, stream);
+  return out;
+}
+
+void gemm_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor out) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(a, &device);
+  int64_t m = 0, k = 0;
+  const auto [lda, a_scale_ld] = activation_lds(a, a_scale, device, &m, &k);
+  need(b.dim() == 2 && out.dim() == 2 && out.size(0) == m && out.size(1) == b.size(0), "out shape");
+  const ScalarType t = out.scalar_type();
+  need((t == ScalarType::BFloat16 || t == ScalarType::Float) && out.is_cuda() && out.get_device_index() == device,
+       "out dtype or device");
+  const int64_t ldo = out.stride(0), size = t == ScalarType::Float ? 4 : 2;
+  need(out.stride(1) == 1 && ldo >= out.size(1) && (ldo * size) % 16 == 0 && aligned16(out), "out layout");
+  gemm_into(a, b, a_scale, b_scale, out, m, k, lda, a_scale_ld, device, stream);
+}
+
+std::tuple<Tensor, Tensor> quantize_activation(Tensor x, bool pow2_scales) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(x, &device);
+  const int kind = in_kind(x.scalar_type());
+  need(g.entries.quantize != nullptr, "no quantization kernel");
+  need(x.dim() >= 1, "activation shape");
+  const int64_t k = x.size(x.dim() - 1);
+  const auto [m, ldx] = rows_of(x, k);
+  const int64_t mult = g.entries.a_scale_ld_multiple, ld = (m + mult - 1) / mult * mult;
+  Tensor q = torch::stable::new_empty(x, {m, k}, g.fp8);
+  Tensor by_block = torch::stable::new_empty(x, {k / 128, ld}, ScalarType::Float);  // MN-major: [m, k/128] of it
+  Tensor scale = torch::stable::transpose(by_block, 0, 1);
+  scale = torch::stable::narrow(scale, 0, 0, m);
+  g.entries.quantize(fp8gemm::QuantizeArgs{reinterpret_cast<uintptr_t>(x.data_ptr()),
+                                           reinterpret_cast<uintptr_t>(q.data_ptr()),
+                                           reinterpret_cast<uintptr_t>(scale.data_ptr()), m, k, ldx, ld, kind,
+                                           pow2_scales ? 1 : 0, stream});
+  return {q, scale};
+}
+
+}  // namespace
+
+#define FP8GEMM_NATIVE_LIBRARY(ns, m) STABLE_TORCH_LIBRARY(ns, m)
+#define FP8GEMM_NATIVE_LIBRARY_IMPL(ns, key, m) STABLE_TORCH_LIBRARY_IMPL(ns, key, m)
+
+FP8GEMM_NATIVE_LIBRARY(FP8GEMM_OPS_NAMESPACE, m) {
+  m.def("bind(int entries, int fp8_kind, int b_scale_ld_multiple) -> ()");
+  m.def("linear(Tensor x, Tensor weight, Tensor weight_scale, bool pow2_scales) -> Tensor");
+  m.def("gemm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, bool fp32_out) -> Tensor");
+  m.def("gemm_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor(a!) out) -> ()");
+  m.def("quantize_activation(Tensor x, bool pow2_scales) -> (Tensor, Tensor)");
+}
+
+FP8GEMM_NATIVE_LIBRARY_IMPL(FP8GEMM_OPS_NAMESPACE, CompositeExplicitAutograd, m) {
+  m.impl("bind", TORCH_BOX(&bind));
+}
+
+FP8GEMM_NATIVE_LIBRARY_IMPL(FP8GEMM_OPS_NAMESPACE, CUDA, m) {
+  m.impl("linear", TORCH_BOX(&linear));
+  m.impl("gemm", TORCH_BOX(&gemm));
+  m.impl("gemm_out", TORCH_BOX(&gemm_out));
+  m.impl("quantize_activation", TORCH_BOX(&quantize_activation));
+}
