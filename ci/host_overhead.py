@@ -2,7 +2,8 @@
 overhead"); and, with ``--models``, eager forwards of whole transformers models in bf16 and in each FP8 route.
 
 Per call (us, the best of seven loops with garbage collection off, under ``--mode``): ``F.linear`` and ``nn.Linear``
-in bf16; ``fp8gemm.linear``, its ``torch.ops`` op, ``Fp8Linear``; transformers' ``FP8Linear`` and the ``matmul_2d`` it
+in bf16; ``fp8gemm.linear``, the same call through the Python planner alone (the route without the backend's native
+ops), its ``torch.ops`` op, ``Fp8Linear``; transformers' ``FP8Linear`` and the ``matmul_2d`` it
 calls, on ``fp8gemm.hf`` (``use_in_transformers()``); a one-op function under ``torch.compile``; at T tokens,
 ``fused_experts``, ``Fp8Experts``, transformers' ``FP8Experts`` with ``experts_implementation="fp8gemm"`` and its
 bf16 experts loop (Qwen3-30B-A3B's sizes: E = 128, top 8, H = 2048, I = 768). Beside each FP8 row that has one, its
@@ -46,6 +47,8 @@ import fp8gemm
 import torch
 import torch.nn.functional as F
 from fp8gemm import registry
+from fp8gemm.launch import run_linear
+from fp8gemm.plans import checked_linear_plan, fast_linear_plan
 from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS, MN_MAJOR, Backend, ScaleLayout
 from fp8gemm.registry import DeviceInfo, InstalledBackend
 
@@ -130,6 +133,11 @@ def transformers_status() -> str | None:
     return None
 
 
+def planned(x, w, s):
+    """The Python planner's plan of ``fp8gemm.linear(x, w, s)``: its route without the backend's native ops."""
+    return fast_linear_plan(x, w, s, None, None) or checked_linear_plan(x, w, s, None, None)
+
+
 def linear_calls(m: int, n: int, k: int, device: str, with_transformers: bool) -> dict:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
@@ -142,6 +150,7 @@ def linear_calls(m: int, n: int, k: int, device: str, with_transformers: bool) -
         "F.linear (bf16)": lambda: F.linear(x, bf16.weight),
         "nn.Linear (bf16)": lambda: bf16(x),
         "fp8gemm.linear": lambda: fp8gemm.linear(x, w, s),
+        "fp8gemm.linear, Python planner": lambda: run_linear(planned(x, w, s), x, w, None, False),
         "torch.ops.fp8gemm.linear": lambda: torch.ops.fp8gemm.linear.default(x, w, s, None, False, ""),
         "Fp8Linear": lambda: layer(x),
         "compiled F.linear (bf16)": lambda: compiled_bf16(x),
