@@ -62,7 +62,8 @@ def linear(
 
 def eager_linear(x, weight, weight_scale, bias, pow2_scales: bool, backend: str | None) -> torch.Tensor:
     """One call: the backend's native op where it takes it (one C++ call), else the planned call."""
-    native = runtime.native_ops(x, weight, backend) if bias is None else None
+    # bf16 x, no bias: what the native op takes (a declined call costs an exception before the planner)
+    native = runtime.native_ops(x, weight, backend) if bias is None and x.dtype is torch.bfloat16 else None
     if native is not None:
         try:
             return native.linear(x, weight, weight_scale, pow2_scales)

@@ -64,8 +64,16 @@ def gemm(a, b, a_scale, b_scale, *, out=None, out_dtype=None, backend: str | Non
             return out
         return _ops.gemm(a, b, a_scale, b_scale, out_dtype or torch.bfloat16, backend or "")
     # Eager calls skip the Python op: the backend's native op where it takes the call, else the planned call.
+    # MN-major a_scale (quantize_activation's), a valid out_dtype: what the native op takes (a declined call costs an
+    # exception before the planner, and caller scales in row-major are common)
     native = runtime.native_ops(a, b, backend)
-    if native is not None and (out_dtype is None or out_dtype is torch.bfloat16 or out_dtype is torch.float32):
+    if (
+        native is not None
+        and (out_dtype is None or out_dtype is torch.bfloat16 or out_dtype is torch.float32)
+        and type(a_scale) is torch.Tensor
+        and len(a_scale.shape) == 2
+        and (a_scale.stride(0) == 1 or a_scale.shape[0] == 1)
+    ):
         try:
             if out is None:
                 return native.gemm(a, b, a_scale, b_scale, out_dtype is torch.float32)
