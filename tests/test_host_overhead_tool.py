@@ -16,8 +16,8 @@ from isa import ROOT
 from test_transformers_kernel import needs_transformers
 
 TOOL = ROOT / "ci" / "host_overhead.py"
-LINEAR_ROWS = {"F.linear (bf16)", "nn.Linear (bf16)", "fp8gemm.linear", "torch.ops.fp8gemm.linear", "Fp8Linear",
-               "compiled F.linear (bf16)", "compiled fp8gemm.linear"}  # fmt: skip
+LINEAR_ROWS = {"F.linear (bf16)", "nn.Linear (bf16)", "fp8gemm.linear", "fp8gemm.linear, Python planner",
+               "torch.ops.fp8gemm.linear", "Fp8Linear", "compiled F.linear (bf16)", "compiled fp8gemm.linear"}  # fmt: skip
 TRANSFORMERS_ROWS = {"matmul_2d (fp8gemm.hf)", "FP8Linear (transformers)", "FP8Experts (transformers, 'fp8gemm')",
                      "bf16 experts loop (transformers)"}  # fmt: skip
 
