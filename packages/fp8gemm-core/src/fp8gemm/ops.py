@@ -13,7 +13,7 @@ from .native import reraise_unless_miss
 from .plans import checked_gemm_plan, fast_gemm_plan
 from .reference import REFERENCE
 from .runtime import LIBRARY
-from .validation import GEMM_NAMES, check_inputs, conform_scale
+from .validation import GEMM_NAMES, check_accumulate, check_inputs, conform_scale
 
 # --- torch.library ops: what torch.compile and graph capture see -----------------------------------
 
@@ -47,17 +47,24 @@ def _(a, b, a_scale, b_scale, out, backend):
 _ops = getattr(torch.ops, LIBRARY)
 
 
-def gemm(a, b, a_scale, b_scale, *, out=None, out_dtype=None, backend: str | None = None) -> torch.Tensor:
+def gemm(
+    a, b, a_scale, b_scale, *, out=None, out_dtype=None, accumulate: bool = False, backend: str | None = None
+) -> torch.Tensor:
     """``out[m, n] = sum_k a[m, k] * b[n, k] * a_scale[m, k // 128] * b_scale[n // 128, k // 128]``.
 
     a: FP8 [M, K] (activations), b: FP8 [N, K] (the nn.Linear weight), both K-contiguous.
     a_scale: fp32 [M, K/128]; b_scale: fp32 [ceil(N/128), K/128]; either row- or column-major.
-    out_dtype: torch.bfloat16 (default) or torch.float32; ``out=`` is written in place.
+    b_scale may instead be per row, fp32 [N, K/128] (``b_scale[n, k // 128]``: the weight-gradient, "1D1D" form);
+    it needs a float32 output and runs the pure-torch reference on every device for now.
+    out_dtype: torch.bfloat16 (default) or torch.float32; ``out=`` is written in place, or with
+    ``accumulate=True`` (a float32 ``out`` only) the product is added to it.
     backend: a backend name or "reference"; default ``$FP8GEMM_BACKEND``, else the best fit for the
     device. See docs/architecture.md for the full contract.
     """
     if torch.is_grad_enabled():  # refuse_grad's first test, sparing inference a call; a guard when compiling
         refuse_grad("gemm", GEMM_NAMES, (a, b, a_scale, b_scale))
+    if accumulate:
+        return _gemm_accumulate(a, b, a_scale, b_scale, out, out_dtype, backend)
     if torch.compiler.is_compiling():
         if out is not None:
             _ops.gemm_out(a, b, a_scale, b_scale, out, backend or "")
@@ -73,6 +80,8 @@ def gemm(a, b, a_scale, b_scale, *, out=None, out_dtype=None, backend: str | Non
         and type(a_scale) is torch.Tensor
         and len(a_scale.shape) == 2
         and (a_scale.stride(0) == 1 or a_scale.shape[0] == 1)
+        and type(b_scale) is torch.Tensor
+        and b_scale.shape[:1] != b.shape[:1]  # a per-row b_scale (the 1D1D form) is the planner's: the reference
     ):
         try:
             if out is None:
@@ -85,6 +94,17 @@ def gemm(a, b, a_scale, b_scale, *, out=None, out_dtype=None, backend: str | Non
     plan = fast_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend)
     plan = plan or checked_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend)
     return run_gemm(plan, a, b, out)
+
+
+def _gemm_accumulate(a, b, a_scale, b_scale, out, out_dtype, backend) -> torch.Tensor:
+    """``out += a @ b.T`` (block-scaled): the product in float32, then one add; no backend's launch adds into its
+    output yet (LaunchArgs has no such field), so each computes the product as for ``out=None``."""
+    check_accumulate(out, accumulate=True)
+    if not torch.compiler.is_compiling():  # out's shape, device and dtype before any work; compiled: the fake's checks
+        check_inputs(a, b, a_scale, b_scale, out, out_dtype, None)
+    elif out_dtype not in (None, torch.float32) or tuple(out.shape) != (a.shape[0], b.shape[0]):
+        raise ValueError(f"out must be [M, N] = [{a.shape[0]}, {b.shape[0]}] float32, got {tuple(out.shape)}")
+    return out.add_(gemm(a, b, a_scale, b_scale, out_dtype=torch.float32, backend=backend))
 
 
 def prepare_weight_scale(b_scale: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:

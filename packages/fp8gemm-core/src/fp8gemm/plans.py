@@ -20,7 +20,15 @@ import torch
 from . import registry, runtime
 from .reference import REFERENCE
 from .runtime import IN_KINDS
-from .validation import GEMM_NAMES, check_fp8_dtype, check_inputs, check_linear, check_source, conform_scale
+from .validation import (
+    GEMM_NAMES,
+    check_fp8_dtype,
+    check_inputs,
+    check_linear,
+    check_source,
+    conform_scale,
+    per_row_scale,
+)
 
 
 class GemmPlan(NamedTuple):
@@ -132,12 +140,14 @@ def fast_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend_name):  # noq
 
 def checked_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend_name, names=GEMM_NAMES) -> GemmPlan:
     """Every check of one ``gemm`` call with its error under the caller's ``names``, and the scales conformed to the
-    backend's layout."""
+    backend's layout. A per-row ``b_scale`` (the weight-gradient form) is planned on the reference on every device."""
     if not isinstance(a, torch.Tensor):  # its device picks the backend
         raise TypeError(f"{names[0]} must be a torch.Tensor, got {type(a).__name__}")
     backend = registry.select(a.device, backend_name or None).backend
     dtype = check_inputs(a, b, a_scale, b_scale, out, out_dtype, backend.fp8_dtype, names)
     (m, k), n = a.shape, b.shape[0]
+    if per_row_scale(b, b_scale):  # no backend's launch takes per-row b scales yet (LaunchArgs has no field for it)
+        backend = REFERENCE
     if backend is REFERENCE or not m:
         return GemmPlan(backend, m, n, k, 0, 0, a_scale, 0, b_scale, 0, dtype, -1, False)
     a_scale, a_scale_ld = conform_scale(a_scale, backend.a_scale_layout)

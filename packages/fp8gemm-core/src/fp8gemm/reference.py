@@ -66,10 +66,16 @@ def reference_quantize(x2d: torch.Tensor, fp8_dtype: torch.dtype, pow2: bool) ->
     return q.reshape(m, k), scale
 
 
+def b_scale_rows(b_scale: torch.Tensor, n: int) -> torch.Tensor:
+    """b_scale as one row per row of b: [N, K/128] as given (the per-row, "1D1D" form), or each 128x128 block's row
+    repeated. With N == 1 both forms are [1, K/128] and mean the same numbers."""
+    return b_scale if b_scale.shape[0] == n else b_scale.repeat_interleave(BLOCK, dim=0)[:n]
+
+
 def expand_scales(a_scale: torch.Tensor, b_scale: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-element scales: a_scale [M, K/128] -> [M, K]; b_scale [N/128, K/128] -> [N, K]."""
+    """Per-element scales: a_scale [M, K/128] -> [M, K]; b_scale [ceil(N/128), K/128] or [N, K/128] -> [N, K]."""
     sa = a_scale.repeat_interleave(BLOCK, dim=1)
-    sb = b_scale.repeat_interleave(BLOCK, dim=0)[:n].repeat_interleave(BLOCK, dim=1)
+    sb = b_scale_rows(b_scale, n).repeat_interleave(BLOCK, dim=1)
     return sa, sb
 
 
@@ -91,7 +97,7 @@ def oracle(a, b, a_scale, b_scale) -> torch.Tensor:
     sa, sb = a_scale.to(torch.float64), b_scale.to(torch.float64)
     m, k = a64.shape
     n = b64.shape[0]
-    sb_rows = sb.repeat_interleave(BLOCK, dim=0)[:n]  # [N, K/128]
+    sb_rows = b_scale_rows(sb, n)  # [N, K/128]
     acc = torch.zeros(m, n, dtype=torch.float64, device=a.device)
     for kb in range(k // BLOCK):
         ks = slice(kb * BLOCK, (kb + 1) * BLOCK)

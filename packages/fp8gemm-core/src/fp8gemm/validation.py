@@ -81,8 +81,18 @@ def check_same_device(reference_name: str, reference: torch.Tensor, **tensors) -
             )
 
 
-def check_weight(b, b_scale, k: int, names: tuple[str, str] = ("b", "b_scale")) -> None:
-    """The FP8 weight [N, K] and its block scales [ceil(N/128), K/128], reported under the caller's names."""
+def per_row_scale(b, b_scale) -> bool:
+    """Whether ``b_scale`` is [N, K/128], one scale per row of ``b`` per 128 of K (the weight-gradient, "1D1D" form),
+    rather than one per 128x128 block; with N == 1 the two shapes coincide and count as per block (same numbers)."""
+    if not isinstance(b, torch.Tensor) or not isinstance(b_scale, torch.Tensor) or b.dim() != 2 or b_scale.dim() != 2:
+        return False
+    n = b.shape[0]
+    return b_scale.shape[0] == n and n != ceil_div(n, BLOCK)
+
+
+def check_weight(b, b_scale, k: int, names: tuple[str, str] = ("b", "b_scale"), per_row: bool = False) -> None:
+    """The FP8 weight [N, K] and its block scales [ceil(N/128), K/128] (``per_row``: [N, K/128]), reported under the
+    caller's names."""
     b_name, scale_name = names
     check_tensor(b_name, b)
     check_fp8(b_name, b, "quantize it with fp8gemm.quantize_weight (or use fp8gemm.nn.Fp8Linear)")
@@ -96,9 +106,12 @@ def check_weight(b, b_scale, k: int, names: tuple[str, str] = ("b", "b_scale")) 
         raise ValueError(
             f"N = {n} ({b_name}.shape[0]) must be a positive multiple of 16; pad the weight's rows with zeros"
         )
-    check_scale(
-        scale_name, b_scale, (ceil_div(n, BLOCK), k // BLOCK), "[ceil(N/128), K/128] (one scale per 128x128 block)"
-    )
+    if per_row:
+        check_scale(scale_name, b_scale, (n, k // BLOCK), "[N, K/128] (one scale per row per 128 of K)")
+    else:
+        check_scale(
+            scale_name, b_scale, (ceil_div(n, BLOCK), k // BLOCK), "[ceil(N/128), K/128] (one scale per 128x128 block)"
+        )
     _check_rows_layout(b_name, b, k)
 
 
@@ -121,9 +134,30 @@ def check_inputs(a, b, a_scale, b_scale, out, out_dtype, fp8_dtype: str | None, 
     check_scale(a_scale_name, a_scale, (m, k // BLOCK), "[M, K/128] (one scale per token per 128 of K)")
     check_tensor(b_scale_name, b_scale)
     check_same_device(a_name, a, **{b_name: b, a_scale_name: a_scale, b_scale_name: b_scale})
-    check_weight(b, b_scale, k, (b_name, b_scale_name))
+    per_row = per_row_scale(b, b_scale)
+    check_weight(b, b_scale, k, (b_name, b_scale_name), per_row)
     _check_rows_layout(a_name, a, k)
-    return _check_out(out, out_dtype, a, m, b.shape[0])
+    dtype = _check_out(out, out_dtype, a, m, b.shape[0])
+    if per_row and dtype != torch.float32:
+        raise TypeError(
+            f"{b_scale_name} is per row ([N, K/128], the weight-gradient form), which needs a float32 output, but the "
+            f"output is {dtype}; pass out_dtype=torch.float32 (or a float32 out=) and cast the result after"
+        )
+    return dtype
+
+
+def check_accumulate(out, accumulate: bool) -> None:
+    """``accumulate=True`` adds the product into a float32 ``out=``; anything else is refused with the fix."""
+    if not accumulate:
+        return
+    if out is None:
+        raise ValueError("accumulate=True adds the product into out, but no out= was given; pass out=<float32 [M, N]>")
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
+        got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+        raise TypeError(
+            f"accumulate=True needs a torch.float32 out (sums of products lose precision in {got}); accumulate into a "
+            f"float32 buffer and cast it once at the end"
+        )
 
 
 def _check_out(out, out_dtype, a, m: int, n: int) -> torch.dtype:

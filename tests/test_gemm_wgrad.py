@@ -1,0 +1,151 @@
+"""The weight-gradient GEMM form: a per-row b_scale [N, K/128] (1x128 scales along K for both operands), float32
+output, and ``accumulate=True``. It runs the reference on every device; the backends' fast paths never see it."""
+
+from __future__ import annotations
+
+import importlib
+
+import fp8gemm
+import pytest
+import torch
+from fp8gemm import ops, runtime
+from fp8gemm.native import NATIVE_MISS
+from fp8gemm.testing.conformance import relative_error
+from test_registry import H100, fake_gpu, fake_site  # noqa: F401 - fixtures
+
+FP32_TOLERANCE = 5e-4  # the contract's, for float32 output
+
+
+def _operands(seed: int, m: int, n: int, k: int):
+    print(f"seed {seed}")
+    gen = torch.Generator().manual_seed(seed)
+    a, a_scale = fp8gemm.quantize_activation(torch.randn(m, k, generator=gen) * 3)
+    rows = torch.randn(n, k, generator=gen) * torch.rand(n, 1, generator=gen).add(0.1)  # row magnitudes differ
+    b, b_scale = fp8gemm.quantize_activation(rows)  # per row: [N, K/128]
+    return a, b, a_scale, b_scale
+
+
+def _float64_product(a, b, a_scale, b_scale) -> torch.Tensor:
+    """Dequantise each operand element by element with its own 1x128 scale, then one float64 matmul."""
+    sa = a_scale.double().repeat_interleave(128, dim=1)
+    sb = b_scale.double().repeat_interleave(128, dim=1)
+    return (a.double() * sa) @ (b.double() * sb).t()
+
+
+@pytest.mark.parametrize("m, n, k", [(64, 48, 256), (1, 16, 128), (130, 272, 384)])
+def test_per_row_b_scale_matches_float64(m, n, k):
+    a, b, a_scale, b_scale = _operands(100 + m, m, n, k)
+    assert tuple(b_scale.shape) == (n, k // 128)
+    want = _float64_product(a, b, a_scale, b_scale)
+    out = torch.full((m, n), float("nan"))
+    assert fp8gemm.gemm(a, b, a_scale, b_scale, out=out) is out
+    assert relative_error(out, want) < FP32_TOLERANCE
+    returned = fp8gemm.gemm(a, b, a_scale, b_scale, out_dtype=torch.float32)
+    assert torch.equal(returned, out)
+
+
+def test_per_row_scales_equal_to_a_blocks_give_the_block_forms_numbers():
+    """Per-block scales repeated onto every row are the same numbers in the per-row form (N = 16: [1, K/128] is per
+    block, [16, K/128] per row)."""
+    a, b, a_scale, _ = _operands(7, 32, 16, 256)
+    gen = torch.Generator().manual_seed(8)
+    block = torch.rand(1, 2, generator=gen) + 0.5
+    per_block = fp8gemm.gemm(a, b, a_scale, block, out_dtype=torch.float32)
+    per_row = fp8gemm.gemm(a, b, a_scale, block.expand(16, 2).contiguous(), out_dtype=torch.float32)
+    assert torch.equal(per_block, per_row)
+    assert relative_error(per_row, _float64_product(a, b, a_scale, block.expand(16, 2))) < FP32_TOLERANCE
+
+
+@pytest.mark.parametrize("form", ["per-row", "per-block"])
+def test_accumulate_adds_the_product_into_out(form):
+    a, b, a_scale, b_scale = _operands(21, 40, 144, 256)
+    if form == "per-block":
+        b, b_scale = fp8gemm.quantize_weight(b.float() * b_scale.repeat_interleave(128, dim=1))
+    gen = torch.Generator().manual_seed(22)
+    start = torch.randn(40, 144, generator=gen) * 50
+    out = start.clone()
+    fp8gemm.gemm(a, b, a_scale, b_scale, out=out, accumulate=True)
+    from fp8gemm.reference import oracle
+
+    want = start.double() + oracle(a, b, a_scale, b_scale)
+    assert relative_error(out, want) < FP32_TOLERANCE
+    assert relative_error(out - start, oracle(a, b, a_scale, b_scale)) < FP32_TOLERANCE
+    again = out.clone()
+    fp8gemm.gemm(a, b, a_scale, b_scale, out=again, accumulate=True)
+    assert relative_error(again, start.double() + 2 * oracle(a, b, a_scale, b_scale)) < FP32_TOLERANCE
+
+
+ERRORS = [
+    (
+        "accumulate-without-out",
+        dict(accumulate=True),
+        ValueError,
+        "accumulate=True adds the product into out, but no out",
+    ),
+    ("accumulate-bf16-out", dict(accumulate=True, out="bf16"), TypeError, "accumulate=True needs a torch.float32 out"),
+    ("accumulate-out-shape", dict(accumulate=True, out="shape"), ValueError, r"out must be \[M, N\] = \[64, 48\]"),
+    ("per-row-bf16", dict(), TypeError, r"b_scale is per row \(\[N, K/128\].*out_dtype=torch.float32"),
+    ("per-row-bf16-out", dict(out="bf16"), TypeError, "b_scale is per row"),
+    ("per-row-wrong-k", dict(out_dtype=torch.float32, b_scale="k"), ValueError, r"b_scale must be \[N, K/128\]"),
+]
+
+
+@pytest.mark.parametrize("case", ERRORS, ids=[e[0] for e in ERRORS])
+def test_errors_name_the_argument_and_the_fix(case):
+    _, kwargs, error, message = case
+    a, b, a_scale, b_scale = _operands(5, 64, 48, 256)
+    kwargs = dict(kwargs)
+    if kwargs.get("out") == "bf16":
+        kwargs["out"] = torch.full((64, 48), float("nan"), dtype=torch.bfloat16)
+    elif kwargs.get("out") == "shape":
+        kwargs["out"] = torch.full((64, 32), float("nan"))
+    if kwargs.pop("b_scale", None) == "k":
+        b_scale = b_scale[:, :1]
+    with pytest.raises(error, match=message):
+        fp8gemm.gemm(a, b, a_scale, b_scale, **kwargs)
+
+
+def test_compiled_per_row_and_accumulate_match_eager():
+    a, b, a_scale, b_scale = _operands(31, 64, 48, 256)
+
+    def step(a, b, a_scale, b_scale, out):
+        product = fp8gemm.gemm(a, b, a_scale, b_scale, out_dtype=torch.float32)
+        fp8gemm.gemm(a, b, a_scale, b_scale, out=out, accumulate=True)
+        return product
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    out = torch.ones(64, 48)
+    product = compiled(a, b, a_scale, b_scale, out)
+    assert torch.equal(product, fp8gemm.gemm(a, b, a_scale, b_scale, out_dtype=torch.float32))
+    assert torch.equal(out, 1 + product)
+
+
+def test_backends_fast_paths_never_see_the_per_row_form(fake_site, fake_gpu, monkeypatch):  # noqa: F811
+    """On a (fake) GPU with a backend and native ops: the native ops and the fast planner are not handed the per-row
+    form, and the backend's launch never runs for it; the block form still reaches all three."""
+    fake_gpu(H100)
+    a, b, a_scale, b_scale = _operands(41, 64, 48, 256)
+    block_b, block_scale = fp8gemm.quantize_weight(b.float())
+    native_calls, fast_plans = [], []
+
+    class Native:
+        def gemm(self, *args):
+            native_calls.append("gemm")
+            raise RuntimeError(NATIVE_MISS + "declined by the test")
+
+        gemm_out = gemm
+
+    monkeypatch.setattr(runtime, "native_ops", lambda t, other, requested: Native())
+    real_fast = ops.fast_gemm_plan
+    monkeypatch.setattr(ops, "fast_gemm_plan", lambda *args: fast_plans.append(real_fast(*args)) or fast_plans[-1])
+    launches = importlib.import_module("fake_backends").CALLS
+    launches.clear()
+    out = torch.full((64, 48), float("nan"))
+    fp8gemm.gemm(a, b, a_scale, b_scale, out=out, backend="hopper")
+    assert native_calls == [] and fast_plans == [None] and launches == []
+    assert relative_error(out, _float64_product(a, b, a_scale, b_scale)) < FP32_TOLERANCE
+    fp8gemm.gemm(a, b, a_scale, b_scale, out=out, accumulate=True, backend="hopper")
+    assert native_calls == [] and launches == []
+
+    fp8gemm.gemm(a, block_b, a_scale, block_scale, out=out, backend="hopper")
+    assert native_calls == ["gemm"] and [call["name"] for call in launches] == ["hopper"]
