@@ -2,6 +2,7 @@
 (docs/training.md). Every GEMM goes through ``fp8gemm.gemm``; the weight-gradient form runs the pure-torch reference
 on every device until the arch kernels take it."""
 
+from .linear import linear
 from .quantize import Transposed, quantize_weight_with_transpose, quantize_with_transpose
 
-__all__ = ["Transposed", "quantize_weight_with_transpose", "quantize_with_transpose"]
+__all__ = ["Transposed", "linear", "quantize_weight_with_transpose", "quantize_with_transpose"]

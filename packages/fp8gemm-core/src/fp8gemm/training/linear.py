@@ -1,0 +1,120 @@
+"""``fp8gemm.training.linear``: a linear layer whose three GEMMs run in FP8 (DeepSeek-V3 recipe), differentiable.
+
+Forward ``y = x @ W^T + bias``: x quantized per token per 128 of K, W (the high-precision master weight) per 128x128
+block, one ``fp8gemm.gemm``: the bits of ``fp8gemm.linear(x, *quantize_weight(W), bias)``. Saved for the backward:
+the FP8 x^T and W^T with their scales, not the high-precision x. Backward, with dY quantized with its transpose:
+
+* dX = dY @ W: ``gemm(dY [M, N], W^T [K, N])``, 1x128 by 128x128 scales (the inference form), contracting over N;
+* dW = dY^T @ X: ``gemm(dY^T [N, M_pad], X^T [K, M_pad])``, 1x128 scales on both (the per-row "1D1D" form, float32
+  output), contracting over the tokens, then cast to the weight's dtype;
+* dbias = dY summed over the tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..linear import linear as fp8_linear
+from ..ops import gemm
+from ..plans import gemm_dtype
+from ..quantize import quantize_weight
+from ..reference import BLOCK
+from ..validation import IN_DTYPES
+from .quantize import quantize_weight_with_transpose, quantize_with_transpose
+
+
+def check_training_linear(x, weight, bias) -> None:
+    """Every argument of :func:`linear` on metadata alone, each error naming the argument and the fix."""
+    if not isinstance(x, torch.Tensor) or x.dtype not in IN_DTYPES or x.dim() == 0:
+        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"x must be a bfloat16/float16/float32 tensor [..., K], got {got}")
+    if not isinstance(weight, torch.Tensor) or weight.dtype not in IN_DTYPES or weight.dim() != 2:
+        got = f"{weight.dtype} {tuple(weight.shape)}" if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise TypeError(
+            f"weight must be the high-precision master weight, a bfloat16/float16/float32 [N, K] tensor, got {got}; "
+            f"it is quantized on every call (an FP8 weight has no gradient: use fp8gemm.linear for inference)"
+        )
+    n, k = weight.shape
+    if x.shape[-1] != k:
+        raise ValueError(f"x's last dim must equal weight's in_features: x is {tuple(x.shape)}, weight is {(n, k)}")
+    for name, size, why in (("in_features (K", k, "forward"), ("out_features (N", n, "input gradient dX = dY @ W")):
+        if size == 0 or size % BLOCK:
+            raise ValueError(
+                f"{name} = {size}) must be a positive multiple of {BLOCK}: the {why} contracts over it in {BLOCK}-wide "
+                f"blocks; keep this layer in high precision (fp8gemm.nn.convert(model, training=True) does)"
+            )
+    if bias is not None and (
+        not isinstance(bias, torch.Tensor) or not bias.dtype.is_floating_point or tuple(bias.shape) != (n,)
+    ):
+        got = f"{bias.dtype} {tuple(bias.shape)}" if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise TypeError(f"bias must be a floating-point tensor [N] = [{n}] or None, got {got}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but x is on {x.device}; move all inputs to one device")
+
+
+def _forward_gemm(q, scale, w_q, w_scale, bias, x_dtype, backend) -> torch.Tensor:
+    """The forward output as ``fp8gemm.linear`` computes it: the GEMM in its output dtype, the bias, x's dtype."""
+    y = gemm(q, w_q, scale, w_scale, out_dtype=gemm_dtype(x_dtype), backend=backend)
+    if bias is not None:
+        y.add_(bias)
+    return y if y.dtype is x_dtype else y.to(x_dtype)
+
+
+class _Fp8LinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, pow2_scales: bool, backend: str | None):
+        n, k = weight.shape
+        xq = quantize_with_transpose(x, pow2_scales=pow2_scales, backend=backend)
+        wq = quantize_weight_with_transpose(weight, fp8_dtype=xq.q.dtype, pow2_scales=pow2_scales)
+        y = _forward_gemm(xq.q, xq.scale, wq.q, wq.scale, bias, x.dtype, backend)
+        ctx.save_for_backward(xq.q_t, xq.scale_t, wq.q_t, wq.scale_t)
+        ctx.x_shape, ctx.x_dtype, ctx.weight_dtype = x.shape, x.dtype, weight.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.pow2_scales, ctx.backend = pow2_scales, backend
+        return y.view(*x.shape[:-1], n)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x_q_t, x_scale_t, w_q_t, w_scale_t = ctx.saved_tensors
+        k, n = w_q_t.shape
+        dy2d = dy.reshape(-1, n)
+        dx = dw = dbias = None
+        need_x, need_w, need_bias = ctx.needs_input_grad[:3]
+        if need_x or need_w:
+            dq = quantize_with_transpose(dy2d, fp8_dtype=x_q_t.dtype, pow2_scales=ctx.pow2_scales, backend=ctx.backend)
+        if need_x:
+            dx = gemm(dq.q, w_q_t, dq.scale, w_scale_t, out_dtype=gemm_dtype(ctx.x_dtype), backend=ctx.backend)
+            dx = dx.to(ctx.x_dtype).view(ctx.x_shape)
+        if need_w:
+            if dy2d.shape[0]:
+                dw = gemm(dq.q_t, x_q_t, dq.scale_t, x_scale_t, out_dtype=torch.float32, backend=ctx.backend)
+                dw = dw.to(ctx.weight_dtype)
+            else:  # no tokens: nothing to contract (the GEMM needs K > 0)
+                dw = dy2d.new_zeros((n, k), dtype=ctx.weight_dtype)
+        if need_bias:
+            dbias = dy2d.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
+        return dx, dw, dbias, None, None
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    pow2_scales: bool = False,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """``x [..., K]`` (bf16/fp16/fp32) -> ``[..., N]`` in x's dtype, ``x @ W^T + bias`` with all three GEMMs in FP8.
+
+    weight: the high-precision master weight [N, K] (bf16/fp16/fp32, typically an ``nn.Parameter``), quantized per
+    128x128 block on every call; K and N multiples of 128. The forward output has the bits of
+    ``fp8gemm.linear(x, *fp8gemm.quantize_weight(weight), bias)``; gradients flow to x, weight and bias (module
+    docstring). Where nothing needs a gradient it is that inference call, with no transposes made or saved.
+    """
+    check_training_linear(x, weight, bias)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    if not needs_grad:
+        w_q, w_scale = quantize_weight(weight, pow2_scales=pow2_scales)
+        return fp8_linear(x, w_q, w_scale, bias, pow2_scales=pow2_scales, backend=backend)
+    return _Fp8LinearFunction.apply(x, weight, bias, pow2_scales, backend)
