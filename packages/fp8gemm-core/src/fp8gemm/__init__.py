@@ -42,6 +42,7 @@ def get_include() -> str:
 
 
 from . import nn as nn  # noqa: E402  (fp8gemm.nn: Fp8Linear, convert, checkpoints)
+from . import training as training  # noqa: E402  (fp8gemm.training: quantizers with transposes, linear)
 from .grouped import grouped_gemm, grouped_gemm_masked  # noqa: E402
 from .layouts import from_kxm_layout  # noqa: E402
 from .linear import linear  # noqa: E402

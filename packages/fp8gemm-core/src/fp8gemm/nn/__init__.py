@@ -1,6 +1,7 @@
 """FP8 layers for PyTorch models: ``Fp8Linear``, ``Fp8Experts``, ``convert`` and FP8 checkpoint loading.
 
-See docs/layer.md and docs/moe.md. Both layers are inference only; ``Fp8Linear.forward`` is one ``fp8gemm.linear``
+See docs/layer.md, docs/moe.md and docs/training.md. ``Fp8Linear`` and ``Fp8Experts`` are inference only
+(``Fp8TrainingLinear`` trains); ``Fp8Linear.forward`` is one ``fp8gemm.linear``
 call, ``Fp8Experts.forward`` one ``fp8gemm.fused_experts`` call.
 """
 
@@ -8,12 +9,14 @@ from .checkpoint import checkpoint_files, load_fp8_checkpoint
 from .convert import DEFAULT_SKIP, ConversionReport, ReferenceOnCpuWarning, convert, is_fused_experts
 from .experts import Fp8Experts
 from .layer import Fp8Linear, to_fp8_dtype
+from .training import Fp8TrainingLinear
 
 __all__ = [
     "DEFAULT_SKIP",
     "ConversionReport",
     "Fp8Experts",
     "Fp8Linear",
+    "Fp8TrainingLinear",
     "ReferenceOnCpuWarning",
     "checkpoint_files",
     "convert",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
@@ -20,6 +21,7 @@ from .from_transformers import (
     transformers_fp8_kind,
 )
 from .layer import Fp8Linear, check_linear_shape
+from .training import Fp8TrainingLinear, check_training_shape
 
 SkipRule = Iterable[str] | Callable[[str, nn.Module], bool]
 
@@ -40,7 +42,7 @@ class ConversionReport(NamedTuple):
     skipped: dict[str, str]
 
     def __str__(self) -> str:
-        lines = [f"{len(self.converted)} layers converted (nn.Linear to Fp8Linear, experts to Fp8Experts), "
+        lines = [f"{len(self.converted)} layers converted (nn.Linear to Fp8Linear or Fp8TrainingLinear, experts to Fp8Experts), "
                  f"{len(self.skipped)} left alone"]  # fmt: skip
         lines += [f"  {name}: {reason}" for name, reason in self.skipped.items()]
         return "\n".join(lines)
@@ -71,10 +73,11 @@ def _parameter_owners(model: nn.Module) -> dict[int, dict[int, str]]:
     return owners
 
 
-def _linear_reason(linear: nn.Module, owners) -> str | None:
+def _linear_reason(linear: nn.Module, owners, training: bool = False) -> str | None:
     if type(linear) is not nn.Linear:  # e.g. MultiheadAttention's out_proj, whose owner reads .weight directly
         return f"{type(linear).__name__} is a subclass of nn.Linear; only plain nn.Linear is converted"
-    reason = check_linear_shape(linear.in_features, linear.out_features)
+    check_shape = check_training_shape if training else check_linear_shape
+    reason = check_shape(linear.in_features, linear.out_features)
     if reason:
         return reason
     if linear.weight.dtype not in (torch.bfloat16, torch.float16, torch.float32):
@@ -132,7 +135,11 @@ def _kind(module) -> str | None:
     return "nn.Linear" if isinstance(module, nn.Linear) else None
 
 
-def _reason_to_keep(kind: str, module, owners) -> str | None:
+def _reason_to_keep(kind: str, module, owners, training: bool) -> str | None:
+    if training:  # the FP8 training layer exists for plain nn.Linear only
+        if kind != "nn.Linear":
+            return f"training=True converts plain nn.Linear layers only, not {kind}"
+        return _linear_reason(module, owners, training=True)
     if kind == "linear":
         return fp8_linear_reason(module)
     if kind == "experts":
@@ -142,7 +149,9 @@ def _reason_to_keep(kind: str, module, owners) -> str | None:
     return _linear_reason(module, owners)
 
 
-def _replacement(kind: str, module, fp8_dtype, pow2_scales: bool) -> Fp8Linear | Fp8Experts:
+def _replacement(kind: str, module, fp8_dtype, pow2_scales: bool, training: bool) -> nn.Module:
+    if training:
+        return Fp8TrainingLinear.from_linear(module, pow2_scales=pow2_scales)
     if kind == "linear":
         return swap_fp8_linear(module, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)
     if kind == "experts":
@@ -159,6 +168,7 @@ def convert(
     skip: SkipRule = DEFAULT_SKIP,
     fp8_dtype: torch.dtype | None = None,
     pow2_scales: bool = False,
+    training: bool = False,
 ) -> ConversionReport:
     """Replace every eligible ``nn.Linear`` inside ``model`` by ``Fp8Linear.from_linear``, and every eligible set of
     experts in transformers' fused 3-D form (:func:`is_fused_experts`) by ``Fp8Experts``, in place.
@@ -178,15 +188,22 @@ def convert(
     ``skip=()`` to convert it too. A model on the meta device gets empty layers (a skeleton for
     ``load_fp8_checkpoint``). Returns a :class:`ConversionReport`, like ``load_state_dict`` returns
     its missing and unexpected keys.
+
+    ``training=True``: each eligible plain ``nn.Linear`` becomes an ``Fp8TrainingLinear`` holding the same weight and
+    bias Parameters (FP8 forward and backward GEMMs, docs/training.md); eligible means in_features and out_features
+    multiples of 128, an untied float weight and not matched by ``skip``. Every other layer stays as it is, in its
+    own precision, with the reason in the report; experts and transformers' FP8 modules are not converted.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if training and fp8_dtype is not None:
+        raise ValueError("fp8_dtype is for inference layers; training=True quantizes to the FP8 dtype of each device")
     if isinstance(model, nn.Linear):
         raise TypeError("model is itself an nn.Linear and cannot be replaced in place; use Fp8Linear.from_linear")
     skipped_by = _skip_matcher(skip)
     owners = _parameter_owners(model)
     report = ConversionReport([], {})
-    done: dict[int, Fp8Linear | Fp8Experts] = {}  # a layer reachable under two names is converted (or kept) once
+    done: dict[int, nn.Module] = {}  # a layer reachable under two names is converted (or kept) once
     kept: dict[int, str] = {}
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent._modules.items()):  # named_children() hides a second name
@@ -198,14 +215,14 @@ def convert(
                 report.skipped[name] = kept[id(child)]
                 continue
             if id(child) not in done:
-                reason = skipped_by(name, child) or _reason_to_keep(kind, child, owners)
+                reason = skipped_by(name, child) or _reason_to_keep(kind, child, owners, training)
                 if reason:
                     report.skipped[name] = kept[id(child)] = reason
                     continue
-                done[id(child)] = _replacement(kind, child, fp8_dtype, pow2_scales)
+                done[id(child)] = _replacement(kind, child, fp8_dtype, pow2_scales, training)
             setattr(parent, child_name, done[id(child)])
             report.converted.append(name)
-    if any(next(iter(layer.buffers())).device.type == "cpu" for layer in done.values()):
+    if any(next(itertools.chain(layer.buffers(), layer.parameters())).device.type == "cpu" for layer in done.values()):
         warnings.warn(
             "fp8gemm.nn.convert: the converted layers are on CPU, where fp8gemm runs its pure-torch reference, which "
             "is for checking numbers and is tens of times slower than the bf16 layers; move the model to a GPU with "
