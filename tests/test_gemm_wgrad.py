@@ -10,6 +10,7 @@ import pytest
 import torch
 from fp8gemm import ops, runtime
 from fp8gemm.native import NATIVE_MISS
+from fp8gemm.reference import oracle
 from fp8gemm.testing.conformance import relative_error
 from test_registry import H100, fake_gpu, fake_site  # noqa: F401 - fixtures
 
@@ -65,8 +66,6 @@ def test_accumulate_adds_the_product_into_out(form):
     start = torch.randn(40, 144, generator=gen) * 50
     out = start.clone()
     fp8gemm.gemm(a, b, a_scale, b_scale, out=out, accumulate=True)
-    from fp8gemm.reference import oracle
-
     want = start.double() + oracle(a, b, a_scale, b_scale)
     assert relative_error(out, want) < FP32_TOLERANCE
     assert relative_error(out - start, oracle(a, b, a_scale, b_scale)) < FP32_TOLERANCE

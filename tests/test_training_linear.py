@@ -150,6 +150,19 @@ def test_compiled_forward_and_backward_match_eager(backend):
         assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("frozen", ["weight", "x"])
+def test_only_the_gradients_asked_for_are_computed(frozen):
+    """A frozen weight (adapters) or an input that needs no gradient (the first layer): the other gradients are
+    those of the full backward, bit for bit."""
+    x, w, b, dy = _problem(21, (130, 256), 128, torch.bfloat16, torch.float32)
+    linear(x, w, b).backward(dy)
+    full = {"x": x.grad, "weight": w.grad, "bias": b.grad}
+    x, w, b = (t.detach().requires_grad_(name != frozen) for name, t in (("x", x), ("weight", w), ("bias", b)))
+    linear(x, w, b).backward(dy)
+    for name, t in (("x", x), ("weight", w), ("bias", b)):
+        assert t.grad is None if name == frozen else torch.equal(t.grad, full[name])
+
+
 def test_no_tokens_gives_zero_weight_gradient():
     x, w, b, _ = _problem(19, (0, 256), 128, torch.bfloat16, torch.float32)
     y = linear(x, w, b)
