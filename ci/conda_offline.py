@@ -42,6 +42,7 @@ def build_wheel(package: str, out_dir: Path) -> Path:
     """The package's wheel from this checkout, built without isolation against the installed fp8gemm-core."""
     out_dir.mkdir(parents=True, exist_ok=True)
     # The core builds in isolation (a current setuptools for its PEP 639 license); arch packages need the core.
+    # No recipe host is solved here (no stubs): the recipes' host pytorch >=2.10 is this machine's torch, if any.
     isolation = [] if package == "fp8gemm-core" else ["--no-build-isolation"]
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out_dir),
            str(ROOT / "packages" / package)]  # fmt: skip

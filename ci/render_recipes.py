@@ -7,6 +7,8 @@ packages/<package>/arch.toml as a run constraint on the virtual package (__cuda_
 conda, which defines neither, still installs it), no __cuda pin (nvcc's run export sets the driver floor), a
 build string naming its CUDA or ROCm version; CUDA variants pin cuda-version to their compiler version and
 depend on conda-forge's pytorch at the same floor; ROCm ones do not pull conda-forge's torch (no ROCm build);
+every arch package has torch >= 2.10 in host for its native ops library (CPU build on ROCm), its run export
+ignored, and FP8GEMM_NATIVE_OPS=AUTO in its build env;
 arch packages are skipped off linux-64; every recipe has the Apache-2.0 license file, maintainers, and
 an sdist URL + sha256 source when a feedstock sets the checksum; every arch recipe and its variants are its
 platform's templates (recipes/templates/) filled in from its packages/<package>/arch.toml and pyproject.toml. Exit 1
@@ -54,7 +56,8 @@ def arch_recipe_files(a: arches.Arch, recipes: Path = RECIPES) -> dict[Path, str
     project = tomllib.loads((ROOT / "packages" / a.package / "pyproject.toml").read_text())["project"]
     values = {"package": a.package, "module": a.module, "backend": a.backend, "gate_version": a.gate_version,
               "version": project["version"], "summary": json.dumps(project["description"]),
-              "build_env": json.dumps(a.build_env)}  # fmt: skip
+              # arch.toml's [build] env: further entries of the script's env mapping, one line each.
+              "build_env": "".join(f"\n      {k}: {json.dumps(v)}" for k, v in a.build_env.items())}  # fmt: skip
     files = {}
     for name, template in (("recipe.yaml", "recipe.yaml.in"), ("variants.yaml", "variants.yaml")):
         source = TEMPLATES / f"{a.platform}.{template}"
@@ -196,6 +199,16 @@ def _arch_errors(r: Rendered, where: str) -> list[str]:
         toolkit = f"rocm{str(r.variant.get('rocm_version')).replace('.', '')}"
         if [s for s in run if s.split()[0] in ("pytorch", "pytorch-gpu", "pytorch-cpu")]:
             errors.append(f"{where}: conda-forge's torch has no ROCm build; torch must stay the user's: {run}")
+    # The native ops library: a host torch at its stable-ABI floor (CPU build on ROCm), its run export ignored, and
+    # CMake's FP8GEMM_NATIVE_OPS=AUTO stated, so a host torch that fails CMake's check still builds the package.
+    host_torch = "pytorch >=2.10" if gate == "__cuda_arch" else "pytorch-cpu >=2.10"
+    if host_torch not in r.requirements.get("host", []):
+        errors.append(f"{where}: host requirements lack {host_torch} (the native ops library's headers)")
+    ignored = r.requirements.get("ignore_run_exports", {}).get("by_name", [])
+    if not {"pytorch", "pytorch-cpu", "libtorch"} <= set(ignored):
+        errors.append(f"{where}: the host torch's run export is not ignored (by_name): {ignored}")
+    if r.build.get("script", {}).get("env", {}).get("SKBUILD_CMAKE_DEFINE") != "FP8GEMM_NATIVE_OPS=AUTO":
+        errors.append(f"{where}: the build env does not set SKBUILD_CMAKE_DEFINE=FP8GEMM_NATIVE_OPS=AUTO")
     python = str(r.variant.get("python")).replace(".", "")
     if not re.fullmatch(rf"{toolkit}_py{python}h[0-9a-f]{{7}}_\d+", str(r.build.get("string"))):
         errors.append(f"{where}: build string {r.build.get('string')!r} does not start {toolkit}_py{python}")

@@ -94,6 +94,22 @@ def test_torch_is_the_users_on_rocm_and_a_peer_of_the_core(rendered):
     assert "hip-devel 6.3.*" in gfx["host"]
 
 
+def test_arch_packages_build_their_native_ops_against_a_host_torch_that_the_run_requirements_ignore(rendered):
+    for recipe in ARCH_RECIPES:
+        for r in rendered[recipe]:
+            host_torch = [s for s in r.requirements["host"] if "torch" in s]
+            assert host_torch == (["pytorch-cpu >=2.10"] if recipe.endswith("gfx942") else ["pytorch >=2.10"])
+            assert {"pytorch", "pytorch-cpu", "libtorch"} <= set(r.requirements["ignore_run_exports"]["by_name"])
+            assert not [s for s in r.requirements["run"] if "torch" in s and s != "pytorch >=2.4"]
+            assert r.build["script"]["env"]["SKBUILD_CMAKE_DEFINE"] == "FP8GEMM_NATIVE_OPS=AUTO"
+    r = rendered["fp8gemm-cuda-sm120"][0]
+    assert r.build["script"]["env"]["FP8GEMM_CUDA_ARCH"] == "120"  # arch.toml's build env beside it
+    broken = dataclasses.replace(r, requirements={**r.requirements, "host": r.requirements["host"][:-1]},
+                                 build={**r.build, "script": {**r.build["script"], "env": {}}})  # fmt: skip
+    errors = "\n".join(render_recipes.check(broken, "0.1.0"))
+    assert "host requirements lack pytorch >=2.10" in errors and "FP8GEMM_NATIVE_OPS=AUTO" in errors
+
+
 def test_license_maintainers_and_feedstock_source(rendered):
     assert (render_recipes.ROOT / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
     for recipe in rendered:
