@@ -18,6 +18,7 @@ from .grouped_checks import (
     plan_grouped,
 )
 from .launch import run_grouped
+from .native import reraise_unless_miss
 from .protocol import GROUPED_MASKED
 from .runtime import LIBRARY
 
@@ -144,5 +145,14 @@ def grouped_gemm_masked(a, b, a_scale, b_scale, masked_m, *, expected_m: int | N
             return out
         return _ops.grouped_gemm_masked(a, b, a_scale, b_scale, masked_m, hint, out_dtype or torch.bfloat16,
                                         backend or "")  # fmt: skip
+    native = runtime.native_ops(a, b, backend) if out is None or out_dtype is None else None
+    if native is not None and (out is not None or out_dtype in (None, torch.bfloat16, torch.float32)):
+        try:  # one C++ call where the backend's native op takes it, else the planner
+            if out is None:
+                return native.grouped_gemm_masked(a, b, a_scale, b_scale, masked_m, hint, out_dtype is torch.float32)
+            native.grouped_gemm_masked_out(a, b, a_scale, b_scale, masked_m, hint, out)
+            return out
+        except RuntimeError as error:
+            reraise_unless_miss(error)
     plan = plan_grouped(GROUPED_MASKED, a, b, a_scale, b_scale, masked_m, out, out_dtype, backend, eager=False)
     return run_grouped(plan, a, b, masked_m, out, hint)

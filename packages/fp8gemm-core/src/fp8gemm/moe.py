@@ -14,6 +14,7 @@ from . import moe_steps, registry, runtime
 from .grouped_checks import check_dims, check_rows, check_scale_shape, has_storage
 from .moe_pipeline import MoePlan, MoeShape, MoeSteps
 from .moe_torch import TorchSteps
+from .native import reraise_unless_miss
 from .protocol import MOE_MAX_EXPERTS, MOE_MAX_TOP_K
 from .reference import BLOCK, REFERENCE
 from .runtime import IN_KINDS, LIBRARY
@@ -182,6 +183,18 @@ def _(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2_
 _ops = getattr(torch.ops, LIBRARY)
 
 
+def native_experts(x, w13, activation: str, layout: str | None, backend: str | None):
+    """The native ops of x's backend when the call is one its ``fused_experts`` op may take, else None."""
+    if (
+        not x.is_cuda
+        or activation != "silu"
+        or layout not in (None, "", "contiguous")
+        or not moe_steps.USE_STEP_KERNELS
+    ):
+        return None
+    return runtime.native_ops(x, w13, backend)
+
+
 def fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, *, activation: str = "silu",
                   pow2_scales: bool = False, layout: str | None = None, backend: str | None = None) -> torch.Tensor:  # fmt: skip
     """The experts of a mixture-of-experts layer on routed tokens: ``x [T, H]`` -> ``[T, H]`` in x's dtype.
@@ -201,11 +214,19 @@ def fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, *, ac
     only the device sees select nothing (on the CPU they raise). A ``torch.library`` op: traces under
     ``torch.compile(fullgraph=True)``. Inference only. See docs/moe.md.
     """
-    runtime.refuse_grad("fused_experts", MOE_NAMES, (x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale))
+    if torch.is_grad_enabled():  # refuse_grad's first test, sparing inference a call; a guard when compiling
+        runtime.refuse_grad("fused_experts", MOE_NAMES, (x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale))
     _require_scale("w13_scale", w13_scale, "[E, 2I/128, H/128]")
     _require_scale("w2_scale", w2_scale, "[E, ceil(H/128), I/128]")
     if torch.compiler.is_compiling():
         return _ops.fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2_scales,
                                   layout or "", backend or "")  # fmt: skip
+    # The backend's native op where it takes the call (the step kernels' pipeline in one C++ call), else the planner.
+    native = native_experts(x, w13, activation, layout, backend)
+    if native is not None:
+        try:
+            return native.fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, pow2_scales)
+        except RuntimeError as error:
+            reraise_unless_miss(error)
     return run_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2_scales,
                              layout, backend)  # fmt: skip

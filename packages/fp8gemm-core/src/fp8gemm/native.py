@@ -1,6 +1,6 @@
 """An arch package's native ops: its ``_native_ops`` library (``fp8gemm/csrc/native_ops.cpp``, built where the
-build had torch >= 2.10) registers ``torch.ops.<package>.linear``, ``gemm``, ``gemm_out`` and ``quantize_activation``
-in C++ on PyTorch's stable ABI. They take the steady-state call in one C++ call (checks, allocation, stream, launches)
+build had torch >= 2.10) registers ``torch.ops.<package>.linear``, ``gemm``, ``gemm_out``, ``quantize_activation``,
+``fused_experts``, ``grouped_gemm_masked`` and ``grouped_gemm_masked_out`` in C++ on PyTorch's stable ABI. They take the steady-state call in one C++ call (checks, allocation, stream, launches)
 and raise an error starting with :data:`NATIVE_MISS` on anything else; the public ops then run their Python planner,
 which handles the call or raises the precise error.
 """
@@ -27,6 +27,9 @@ class NativeOps(NamedTuple):
     gemm: object  # (a, b, a_scale, b_scale, fp32_out) -> out
     gemm_out: object  # (a, b, a_scale, b_scale, out) -> None
     quantize_activation: object  # (x, pow2_scales) -> (q, scale)
+    fused_experts: object  # (x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, pow2_scales) -> out
+    grouped_gemm_masked: object  # (a, b, a_scale, b_scale, masked_m, expected_m, fp32_out) -> out
+    grouped_gemm_masked_out: object  # (a, b, a_scale, b_scale, masked_m, expected_m, out) -> None
 
 
 _loaded: dict[str, Path] = {}  # namespace -> the library that registered it (one per process)
@@ -63,7 +66,7 @@ def load_native_ops(module: ModuleType, fp8_dtype: str, a_scale_layout: ScaleLay
         ops.bind(module.native_entries(), int(fp8_dtype == "float8_e4m3fnuz"), b_scale_layout.ld_multiple)
     except (OSError, RuntimeError) as error:
         return None, f"no ({library.name} did not load: {error})"
-    bound = NativeOps(ops.linear.default, ops.gemm.default, ops.gemm_out.default, ops.quantize_activation.default)
+    bound = NativeOps(*(getattr(ops, name).default for name in NativeOps._fields))
     return bound, f"yes (torch.ops.{package})"
 
 

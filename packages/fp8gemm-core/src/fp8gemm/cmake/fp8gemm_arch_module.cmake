@@ -94,11 +94,13 @@ function(fp8gemm_arch_module)
 endfunction()
 
 set(FP8GEMM_NATIVE_OPS AUTO CACHE STRING "build the native ops library: AUTO (where torch >= 2.10 is importable), ON, OFF")
-set(FP8GEMM_NATIVE_OPS_SOURCE "${CMAKE_CURRENT_LIST_DIR}/../csrc/native_ops.cpp")
+set(FP8GEMM_NATIVE_OPS_SOURCES "${CMAKE_CURRENT_LIST_DIR}/../csrc/native_ops.cpp"
+                                "${CMAKE_CURRENT_LIST_DIR}/../csrc/native_moe.cpp")
 
 # `_native_ops`: fp8gemm/csrc/native_ops.cpp, the package's GEMM, quantizer and Linear layer as torch dispatcher ops in
 # C++ under the namespace <package>, built against torch's stable ABI (TORCH_TARGET_VERSION 2.10: one build serves
-# every later torch) and linked to torch's libraries by name, which the process has loaded before it loads this one.
+# every later torch) and linked to torch's CPU libraries by name, which the process has loaded before it loads this one
+# (the current-stream getter of its GPU library is looked up at load: a conda build has a CPU torch).
 # Plain C++: the kernels stay in `_C`, whose entries the core hands over at load (fp8gemm/native.py).
 function(fp8gemm_native_ops package)
   if(FP8GEMM_NATIVE_OPS STREQUAL "OFF")
@@ -117,19 +119,19 @@ function(fp8gemm_native_ops package)
   list(GET torch_dirs 0 torch_include)
   list(GET torch_dirs 1 torch_lib)
   set(torch_libraries)
-  foreach(name torch_cpu c10 torch_cuda torch_hip)  # the GPU one of this torch's build, where it has one
+  foreach(name torch_cpu c10)
     find_library(lib_${name} ${name} PATHS ${torch_lib} NO_DEFAULT_PATH NO_CACHE)
     if(lib_${name})
       list(APPEND torch_libraries ${lib_${name}})
     endif()
   endforeach()
-  add_library(native_ops MODULE ${FP8GEMM_NATIVE_OPS_SOURCE})
+  add_library(native_ops MODULE ${FP8GEMM_NATIVE_OPS_SOURCES})
   set_target_properties(native_ops PROPERTIES PREFIX "" OUTPUT_NAME _native_ops CXX_VISIBILITY_PRESET hidden
                         VISIBILITY_INLINES_HIDDEN ON)
   target_include_directories(native_ops PRIVATE ${FP8GEMM_INCLUDE} ${torch_include})
   target_compile_definitions(native_ops PRIVATE FP8GEMM_OPS_NAMESPACE=${package}
                                                 TORCH_TARGET_VERSION=0x020a000000000000)
-  target_link_libraries(native_ops PRIVATE ${torch_libraries})
+  target_link_libraries(native_ops PRIVATE ${torch_libraries} ${CMAKE_DL_LIBS})
   install(TARGETS native_ops LIBRARY DESTINATION ${package})
 endfunction()
 

@@ -6,24 +6,13 @@
 // Each op takes exactly the steady-state call of the Python planner's fast path (fp8gemm/plans.py) and computes the
 // same bits (the same entries, workspace layout and output layout). Any other call raises an error starting with
 // kMiss, and the Python wrapper then runs the checked planner, which handles it or raises the precise error.
-#ifndef USE_CUDA
-#define USE_CUDA 1  // declares aoti_torch_get_current_cuda_stream (a hipStream_t under ROCm torch)
-#endif
-#include <torch/csrc/inductor/aoti_torch/c/shim.h>
-#include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
-#include <torch/csrc/stable/ops.h>
-#include <torch/csrc/stable/tensor.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <stdexcept>
-#include <string>
 #include <tuple>
 #include <vector>
 
 #include "fp8gemm/linear_steps.hpp"
-#include "fp8gemm/native_entries.hpp"
+#include "native_common.hpp"
 
 #ifndef FP8GEMM_OPS_NAMESPACE
 #error "define FP8GEMM_OPS_NAMESPACE (the arch package's Python name, the ops' torch.library namespace)"
@@ -31,52 +20,21 @@
 
 namespace {
 
-using torch::headeronly::ScalarType;
-using torch::stable::Tensor;
-
-constexpr const char* kMiss = "fp8gemm native path: ";  // fp8gemm/native.py's NATIVE_MISS
-
-struct Bound {
-  fp8gemm::NativeEntries entries{};
-  ScalarType fp8 = ScalarType::Float8_e4m3fn;
-  int64_t b_scale_ld_multiple = 1;
-  bool bound = false;
-};
-Bound g;
-
-[[noreturn]] void miss(const std::string& why) { throw std::runtime_error(kMiss + why); }
-void need(bool ok, const char* why) {
-  if (!ok) miss(why);
-}
+using namespace fp8gemm_native;
 
 void bind(int64_t entries, int64_t fp8_kind, int64_t b_scale_ld_multiple) {
   const auto* e = reinterpret_cast<const fp8gemm::NativeEntries*>(static_cast<uintptr_t>(entries));
   if (!e || e->version != fp8gemm::kNativeEntriesVersion || e->size != sizeof(fp8gemm::NativeEntries))
     throw std::runtime_error("fp8gemm: the native ops library and the arch module are of different builds; "
                              "reinstall the arch package");
+  const StreamGetter stream = find_stream_getter();
+  if (!stream)
+    throw std::runtime_error("fp8gemm: this process has no GPU build of torch loaded (libtorch_cuda or libtorch_hip)");
   g.entries = *e;
   g.fp8 = fp8_kind ? ScalarType::Float8_e4m3fnuz : ScalarType::Float8_e4m3fn;
   g.b_scale_ld_multiple = b_scale_ld_multiple;
+  g.stream = stream;
   g.bound = true;
-}
-
-bool aligned16(const Tensor& t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; }
-
-// The tensor's device, which must be the current one (another device or a CUDA-graph capture elsewhere is the
-// Python planner's), and that device's current stream.
-uintptr_t current_stream(const Tensor& t, int32_t* device) {
-  need(g.bound, "not bound");
-  need(t.is_cuda(), "not a GPU tensor");
-  *device = t.get_device_index();
-  need(*device == torch::stable::accelerator::getCurrentDeviceIndex(), "not the current device");
-  void* stream = nullptr;
-  if (aoti_torch_get_current_cuda_stream(*device, &stream) != AOTI_TORCH_SUCCESS)
-    throw std::runtime_error("fp8gemm: torch gave no current stream for the tensors' device");
-  return reinterpret_cast<uintptr_t>(stream);
-}
-
-void need_on(const Tensor& t, int32_t device, ScalarType dtype, const char* what) {
-  need(t.is_cuda() && t.get_device_index() == device && t.scalar_type() == dtype, what);
 }
 
 // The weight [n, k] (FP8, rows 16-byte aligned) and its scale [ceil(n/128), k/128] K-major: (ldb, b_scale_ld).
@@ -93,15 +51,6 @@ std::pair<int64_t, int64_t> weight_lds(const Tensor& b, const Tensor& b_scale, i
   const int64_t ld = nb > 1 ? b_scale.stride(0) : std::max<int64_t>(b_scale.stride(0), kb);
   need(ld >= kb && ld % g.b_scale_ld_multiple == 0 && aligned16(b_scale), "weight scale layout");
   return {ldb, ld};
-}
-
-int in_kind(ScalarType t) {
-  switch (t) {
-    case ScalarType::BFloat16: return fp8gemm::kInBF16;
-    case ScalarType::Half: return fp8gemm::kInFP16;
-    case ScalarType::Float: return fp8gemm::kInFP32;
-    default: miss("activation dtype");
-  }
 }
 
 // x [..., k] as rows the kernels read in place: (m, ldx).
@@ -213,11 +162,8 @@ std::tuple<Tensor, Tensor> quantize_activation(Tensor x, bool pow2_scales) {
   need(x.dim() >= 1, "activation shape");
   const int64_t k = x.size(x.dim() - 1);
   const auto [m, ldx] = rows_of(x, k);
-  const int64_t mult = g.entries.a_scale_ld_multiple, ld = (m + mult - 1) / mult * mult;
   Tensor q = torch::stable::new_empty(x, {m, k}, g.fp8);
-  Tensor by_block = torch::stable::new_empty(x, {k / 128, ld}, ScalarType::Float);  // MN-major: [m, k/128] of it
-  Tensor scale = torch::stable::transpose(by_block, 0, 1);
-  scale = torch::stable::narrow(scale, 0, 0, m);
+  auto [scale, ld] = empty_a_scale(x, m, k / 128);
   g.entries.quantize(fp8gemm::QuantizeArgs{reinterpret_cast<uintptr_t>(x.data_ptr()),
                                            reinterpret_cast<uintptr_t>(q.data_ptr()),
                                            reinterpret_cast<uintptr_t>(scale.data_ptr()), m, k, ldx, ld, kind,

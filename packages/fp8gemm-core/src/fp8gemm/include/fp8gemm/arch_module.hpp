@@ -25,7 +25,9 @@ void define_arch_module(pybind11::module_& m, BuildInfo build_info) {
   define_moe_entry(m, &arch::moe_route, &arch::moe_activation, &arch::moe_combine, &arch::moe_workspace_bytes);
   m.def("native_entries", [] {
     static const NativeEntries entries{kNativeEntriesVersion, sizeof(NativeEntries), &arch::launch,
-                                       &arch::workspace_bytes, &arch::quantize, arch::kAScaleLdMultiple};
+                                       &arch::workspace_bytes, &arch::quantize, arch::kAScaleLdMultiple,
+                                       &arch::grouped_launch, &no_grouped_workspace, &arch::moe_route,
+                                       &arch::moe_activation, &arch::moe_combine, &arch::moe_workspace_bytes};
     return reinterpret_cast<uintptr_t>(&entries);
   }, "The address of this module's entries for its native ops library (fp8gemm/native_entries.hpp)");
 }

@@ -1,6 +1,6 @@
-// What an arch package's native ops library (fp8gemm/native_ops.cpp, built as `_ops`) calls: the arch module's
-// entries, handed over once at load as the address of one NativeEntries (`_C.native_entries()`), so the kernels are
-// compiled and linked once, into `_C`.
+// What an arch package's native ops library (fp8gemm/csrc/native_*.cpp, built as `_native_ops`) calls: the arch
+// module's entries, handed over once at load as the address of one NativeEntries (`_C.native_entries()`), so the
+// kernels are compiled and linked once, into `_C`.
 #pragma once
 #include <cstdint>
 
@@ -9,7 +9,7 @@
 namespace fp8gemm {
 
 // Raised with the struct: a library of another layout is refused at load.
-constexpr uint32_t kNativeEntriesVersion = 1;
+constexpr uint32_t kNativeEntriesVersion = 2;
 
 struct NativeEntries {
   uint32_t version;  // kNativeEntriesVersion
@@ -18,6 +18,13 @@ struct NativeEntries {
   int64_t (*workspace_bytes)(int64_t m, int64_t n, int64_t k);
   void (*quantize)(const QuantizeArgs&);
   int32_t a_scale_ld_multiple;  // of the MN-major A scales the GEMM reads and the quantizer writes
+  // Grouped GEMM and fused_experts' step kernels (fp8gemm/arch_entry.hpp); null where the arch has none.
+  void (*grouped_launch)(const GroupedArgs&);
+  int64_t (*grouped_workspace_bytes)(int layout, int64_t m, int64_t n, int64_t k, int64_t groups);
+  void (*moe_route)(const MoeRouteArgs&);
+  void (*moe_activation)(const MoeActivationArgs&);
+  void (*moe_combine)(const MoeCombineArgs&);
+  int64_t (*moe_workspace_bytes)(int64_t tokens, int64_t top_k, int64_t experts);
 };
 
 }  // namespace fp8gemm

@@ -1,0 +1,161 @@
+// An arch package's fused_experts and masked grouped GEMM as torch dispatcher ops in C++ (see native_ops.cpp): the
+// steady-state call in one C++ call, the same entries, buffers and bits as the Python steps (fp8gemm/moe_steps.py,
+// fp8gemm/launch.py's run_grouped); anything else raises an error starting with kMiss for the Python planner.
+#include <torch/csrc/stable/library.h>
+
+#include "native_common.hpp"
+
+namespace {
+
+using namespace fp8gemm_native;
+
+constexpr int64_t kMaxExperts = 1024, kMaxTopK = 1024;  // fp8gemm.protocol.MOE_MAX_EXPERTS, MOE_MAX_TOP_K
+
+struct MoeSizes {
+  int64_t tokens, top_k, experts, hidden, inter;
+};
+
+MoeSizes check_moe(const Tensor& x, const Tensor& ids, const Tensor& weights, const Tensor& w13,
+                   const Tensor& w13_scale, const Tensor& w2, const Tensor& w2_scale, int32_t device) {
+  need(g.entries.moe_route && g.entries.moe_activation && g.entries.moe_combine && g.entries.grouped_launch,
+       "no step kernels");
+  need(x.dim() == 2 && w13.dim() == 3 && w2.dim() == 3 && ids.dim() == 2 && weights.dim() == 2, "operand ranks");
+  const MoeSizes s{x.size(0), ids.size(1), w13.size(0), x.size(1), w13.size(1) / 2};
+  need(s.tokens > 0 && s.hidden > 0 && s.hidden % 128 == 0 && s.inter > 0 && s.inter % 128 == 0, "x or w13 shape");
+  need(w13.size(1) == 2 * s.inter && w13.size(2) == s.hidden, "w13 shape");
+  need(w2.size(0) == s.experts && w2.size(1) == s.hidden && w2.size(2) == s.inter, "w2 shape");
+  need(s.experts >= 1 && s.experts <= kMaxExperts, "expert count");
+  need(ids.size(0) == s.tokens && s.top_k >= 1 && s.top_k <= kMaxTopK && s.tokens * s.top_k <= 0x7fffffff,
+       "topk_ids shape");
+  need(weights.size(0) == s.tokens && weights.size(1) == s.top_k, "topk_weights shape");
+  in_kind(x.scalar_type());
+  const int64_t size = x.scalar_type() == ScalarType::Float ? 4 : 2;
+  need(x.get_device_index() == device && x.stride(1) == 1 && x.stride(0) >= s.hidden &&
+           (x.stride(0) * size) % 16 == 0 && aligned16(x), "x layout");
+  const ScalarType id = ids.scalar_type(), weight = weights.scalar_type();
+  need(ids.is_cuda() && ids.get_device_index() == device && (id == ScalarType::Int || id == ScalarType::Long) &&
+           ids.is_contiguous(), "topk_ids dtype, device or layout");
+  need(weights.is_cuda() && weights.get_device_index() == device && weights.is_contiguous() &&
+           (weight == ScalarType::Float || weight == ScalarType::BFloat16 || weight == ScalarType::Half),
+       "topk_weights dtype, device or layout");
+  need_fp8_rows(w13, device, "w13 dtype, device or layout");
+  need_fp8_rows(w2, device, "w2 dtype, device or layout");
+  need(w13_scale.dim() == 3 && w13_scale.size(0) == s.experts && w13_scale.size(1) == 2 * s.inter / 128 &&
+           w13_scale.size(2) == s.hidden / 128, "w13_scale shape");
+  need(w2_scale.dim() == 3 && w2_scale.size(0) == s.experts && w2_scale.size(1) == (s.hidden + 127) / 128 &&
+           w2_scale.size(2) == s.inter / 128, "w2_scale shape");
+  return s;
+}
+
+// out[t] = sum_j topk_weights[t, j] * down_e(silu(gate_e(x[t])) * up_e(x[t])), e = topk_ids[t, j]: route +
+// quantize-scatter, the gate/up grouped GEMM, SiLU-and-mul + quantize, the down grouped GEMM, combine.
+Tensor fused_experts(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w13, Tensor w13_scale, Tensor w2,
+                     Tensor w2_scale, bool pow2_scales) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(x, &device);
+  const MoeSizes s = check_moe(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, device);
+  const auto w13_lds = group_scale_lds(w13_scale, device, true, g.b_scale_ld_multiple, "w13_scale layout");
+  const auto w2_lds = group_scale_lds(w2_scale, device, true, g.b_scale_ld_multiple, "w2_scale layout");
+  const int64_t rows = s.tokens * s.top_k, pow2 = pow2_scales ? 1 : 0;
+  const int kind = in_kind(x.scalar_type());
+
+  Tensor offs = torch::stable::new_empty(x, {s.experts}, ScalarType::Int);
+  Tensor position = torch::stable::new_empty(x, {s.tokens, s.top_k}, ScalarType::Int);
+  Tensor q = torch::stable::new_empty(x, {rows, s.hidden}, g.fp8);
+  auto [q_scale, q_scale_ld] = empty_a_scale(x, rows, s.hidden / 128);
+  const int64_t route_bytes = g.entries.moe_workspace_bytes(s.tokens, s.top_k, s.experts);
+  Tensor route_workspace = torch::stable::new_empty(x, {std::max<int64_t>(route_bytes, 1)}, ScalarType::Byte);
+  g.entries.moe_route(fp8gemm::MoeRouteArgs{
+      address(topk_ids), address(x), address(q), address(q_scale), address(offs), address(position),
+      route_bytes ? address(route_workspace) : 0, s.tokens, s.top_k, s.experts, s.hidden, x.stride(0), q_scale_ld,
+      topk_ids.scalar_type() == ScalarType::Long ? 1 : 0, kind, static_cast<int>(pow2), stream});
+
+  Tensor h = torch::stable::new_empty(x, {rows, 2 * s.inter}, ScalarType::Float);
+  launch_contiguous(q, w13, q_scale, q_scale_ld, w13_scale, w13_lds, offs, h, stream);
+  Tensor aq = torch::stable::new_empty(x, {rows, s.inter}, g.fp8);
+  auto [a_scale, a_scale_ld] = empty_a_scale(x, rows, s.inter / 128);
+  g.entries.moe_activation(fp8gemm::MoeActivationArgs{address(h), address(aq), address(a_scale), address(offs),
+                                                      s.experts, s.inter, rows, h.stride(0), a_scale_ld,
+                                                      static_cast<int>(pow2), stream});
+  const bool bf16 = x.scalar_type() == ScalarType::BFloat16;  // the down GEMM's output: bf16 for bf16 x, else fp32
+  Tensor y = torch::stable::new_empty(x, {rows, s.hidden}, bf16 ? ScalarType::BFloat16 : ScalarType::Float);
+  launch_contiguous(aq, w2, a_scale, a_scale_ld, w2_scale, w2_lds, offs, y, stream);
+
+  Tensor out = torch::stable::new_empty(x, {s.tokens, s.hidden}, x.scalar_type());
+  g.entries.moe_combine(fp8gemm::MoeCombineArgs{
+      address(topk_weights), address(position), address(y), address(out), s.tokens, s.top_k, s.hidden, rows,
+      y.stride(0), out.stride(0), kind, in_kind(topk_weights.scalar_type()),
+      bf16 ? fp8gemm::kOutBF16 : fp8gemm::kOutFP32, stream});
+  return out;
+}
+
+// out[g, r] = a[g, r] @ b[g]^T for r < masked_m[g] (fp8gemm.grouped_gemm_masked): a [G, M_max, K] with MN-major
+// scales per group, b [G, N, K] with K-major block scales; rows past masked_m[g] are neither computed nor written.
+void masked_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
+                 const Tensor& masked_m, int64_t expected_m, Tensor& out, int32_t device, uintptr_t stream) {
+  need(g.entries.grouped_launch != nullptr, "no grouped kernel");
+  need(a.dim() == 3 && b.dim() == 3 && out.dim() == 3, "operand ranks");
+  const int64_t groups = a.size(0), m = a.size(1), k = a.size(2), n = b.size(1);
+  need(groups > 0 && m > 0 && k > 0 && k % 128 == 0 && n > 0 && n % 16 == 0, "shape");
+  need(b.size(0) == groups && b.size(2) == k && out.size(0) == groups && out.size(1) == m && out.size(2) == n,
+       "shape");
+  need_fp8_rows(a, device, "a dtype, device or layout");
+  need_fp8_rows(b, device, "b dtype, device or layout");
+  need(a_scale.dim() == 3 && a_scale.size(0) == groups && a_scale.size(1) == m && a_scale.size(2) == k / 128,
+       "a_scale shape");
+  need(b_scale.dim() == 3 && b_scale.size(0) == groups && b_scale.size(1) == (n + 127) / 128 &&
+           b_scale.size(2) == k / 128, "b_scale shape");
+  const auto a_lds = group_scale_lds(a_scale, device, false, g.entries.a_scale_ld_multiple, "a_scale layout");
+  const auto b_lds = group_scale_lds(b_scale, device, true, g.b_scale_ld_multiple, "b_scale layout");
+  need(masked_m.is_cuda() && masked_m.get_device_index() == device && masked_m.scalar_type() == ScalarType::Int &&
+           masked_m.dim() == 1 && masked_m.size(0) == groups && masked_m.is_contiguous(), "masked_m");
+  const ScalarType t = out.scalar_type();
+  const int64_t size = t == ScalarType::Float ? 4 : 2, ldo = out.stride(1);
+  need((t == ScalarType::BFloat16 || t == ScalarType::Float) && out.is_cuda() && out.get_device_index() == device,
+       "out dtype or device");
+  need(out.stride(2) == 1 && ldo >= n && (ldo * size) % 16 == 0 && (out.stride(0) * size) % 16 == 0 &&
+           aligned16(out), "out layout");
+  const int64_t bytes = g.entries.grouped_workspace_bytes(fp8gemm::kGroupedMasked, m, n, k, groups);
+  Tensor workspace = torch::stable::new_empty(a, {std::max<int64_t>(bytes, 1)}, ScalarType::Byte);
+  g.entries.grouped_launch(fp8gemm::GroupedArgs{
+      address(a), address(b), address(a_scale), address(b_scale), address(out), bytes > 0 ? address(workspace) : 0,
+      address(masked_m), m, n, k, groups, a.stride(1), b.stride(1), ldo, a_lds.first, b_lds.first, a.stride(0),
+      b.stride(0), out.stride(0), a_lds.second, b_lds.second, expected_m, fp8gemm::kGroupedMasked,
+      t == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
+}
+
+Tensor grouped_gemm_masked(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor masked_m, int64_t expected_m,
+                           bool fp32_out) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(a, &device);
+  need(a.dim() == 3 && b.dim() == 3, "operand ranks");
+  // Zeros: the functional call's rows past masked_m[g] read 0 (fp8gemm.grouped_gemm_masked).
+  Tensor out = torch::stable::new_zeros(a, {a.size(0), a.size(1), b.size(1)},
+                                        fp32_out ? ScalarType::Float : ScalarType::BFloat16);
+  masked_into(a, b, a_scale, b_scale, masked_m, expected_m, out, device, stream);
+  return out;
+}
+
+void grouped_gemm_masked_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor masked_m, int64_t expected_m,
+                             Tensor out) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(a, &device);
+  masked_into(a, b, a_scale, b_scale, masked_m, expected_m, out, device, stream);
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_FRAGMENT(FP8GEMM_OPS_NAMESPACE, m) {
+  m.def("fused_experts(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w13, Tensor w13_scale, Tensor w2, "
+        "Tensor w2_scale, bool pow2_scales) -> Tensor");
+  m.def("grouped_gemm_masked(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor masked_m, int expected_m, "
+        "bool fp32_out) -> Tensor");
+  m.def("grouped_gemm_masked_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor masked_m, "
+        "int expected_m, Tensor(a!) out) -> ()");
+}
+
+STABLE_TORCH_LIBRARY_IMPL(FP8GEMM_OPS_NAMESPACE, CUDA, m) {
+  m.impl("fused_experts", TORCH_BOX(&fused_experts));
+  m.impl("grouped_gemm_masked", TORCH_BOX(&grouped_gemm_masked));
+  m.impl("grouped_gemm_masked_out", TORCH_BOX(&grouped_gemm_masked_out));
+}
