@@ -51,6 +51,7 @@ from fp8gemm.launch import run_linear
 from fp8gemm.plans import checked_linear_plan, fast_linear_plan
 from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS, MN_MAJOR, Backend, ScaleLayout
 from fp8gemm.registry import DeviceInfo, InstalledBackend
+from host_floor import experts_floor_calls
 
 # (row, the bf16 row it replaces, the most the ratio may be)
 RATIOS = (("fp8gemm.linear", "F.linear (bf16)", 1.15), ("Fp8Linear", "nn.Linear (bf16)", 1.15),
@@ -181,7 +182,7 @@ def experts_calls(tokens: int, sizes: dict, device: str, with_transformers: bool
     weights = torch.rand(tokens, top_k, generator=gen).softmax(-1).to(device, torch.bfloat16)  # as a router gives
     args = (ours.w13, ours.w13_scale_inv, ours.w2, ours.w2_scale_inv)
     calls = {"fused_experts": lambda: fp8gemm.fused_experts(x, ids, weights, *args),
-             "Fp8Experts": lambda: ours(x, ids, weights)}  # fmt: skip
+             **experts_floor_calls(x, ids, weights, *args), "Fp8Experts": lambda: ours(x, ids, weights)}  # fmt: skip
     if with_transformers:
         from transformers import Qwen3MoeConfig
         from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS, FP8Experts

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "fp8gemm/native_entries.hpp"
 
@@ -82,13 +83,40 @@ inline int in_kind(ScalarType t) {
 
 inline int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-// An uninitialised fp32 [m, kb] MN-major scale matrix (the quantizers' and the GEMMs' A layout) and its leading
-// dimension: fp8gemm.runtime.empty_scale's.
-inline std::pair<Tensor, int64_t> empty_a_scale(const Tensor& like, int64_t m, int64_t kb) {
-  const int64_t mult = g.entries.a_scale_ld_multiple, ld = std::max(round_up(m, mult), mult);
-  Tensor by_block = torch::stable::new_empty(like, {kb, ld}, ScalarType::Float);
-  Tensor by_row = torch::stable::transpose(by_block, 0, 1);
-  return {torch::stable::narrow(by_row, 0, 0, m), ld};
+// Allocation through torch's C shim (its caching allocator, on the current stream), not a dispatcher call by name:
+// the steady-state call's allocations cost what torch.empty's C++ costs.
+inline Tensor empty_strided(int32_t device, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                            ScalarType dtype) {
+  AtenTensorHandle handle = nullptr;
+  if (aoti_torch_empty_strided(static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(),
+                               static_cast<int32_t>(dtype), aoti_torch_device_type_cuda(), device,
+                               &handle) != AOTI_TORCH_SUCCESS)
+    throw std::runtime_error("fp8gemm: torch could not allocate a tensor on cuda:" + std::to_string(device) +
+                             " (its message is above)");
+  return Tensor(handle);
+}
+
+// An uninitialised contiguous tensor of `sizes`.
+inline Tensor empty(int32_t device, const std::vector<int64_t>& sizes, ScalarType dtype) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
+  return empty_strided(device, sizes, strides, dtype);
+}
+
+// An uninitialised fp32 [m, kb] MN-major scale matrix (the quantizers' and the GEMMs' A layout) over a whole
+// [kb, ld] allocation, and its leading dimension: fp8gemm.runtime.empty_scale's.
+inline int64_t a_scale_ld(int64_t m) {
+  const int64_t mult = g.entries.a_scale_ld_multiple;
+  return std::max(round_up(m, mult), mult);
+}
+inline std::pair<Tensor, int64_t> empty_a_scale(int32_t device, int64_t m, int64_t kb) {
+  const int64_t ld = a_scale_ld(m);
+  Tensor whole = empty(device, {kb * ld}, ScalarType::Float);
+  const int64_t sizes[2] = {m, kb}, strides[2] = {1, ld};
+  AtenTensorHandle view = nullptr;
+  if (aoti_torch__reinterpret_tensor(whole.get(), 2, sizes, strides, 0, &view) != AOTI_TORCH_SUCCESS)
+    throw std::runtime_error("fp8gemm: torch could not view the scales");
+  return {Tensor(view), ld};
 }
 
 // FP8 rows [.., rows, cols] (a weight, or one per group): contiguous along cols, rows and groups 16 bytes apart.
@@ -113,20 +141,6 @@ inline std::pair<int64_t, int64_t> group_scale_lds(const Tensor& s, int32_t devi
   need(ld >= extent && ld % mult == 0, what);
   need(groups == 1 || s.stride(0) % 4 == 0, what);
   return {ld, s.stride(0)};
-}
-
-// The shared steps' grouped launch of contiguous rows: out[r] = a[r] @ b[g]^T for r in group g (offs: row ends).
-inline void launch_contiguous(const Tensor& a, const Tensor& b, const Tensor& a_scale, int64_t a_scale_ld,
-                              const Tensor& b_scale, std::pair<int64_t, int64_t> b_lds, const Tensor& offs,
-                              Tensor& out, uintptr_t stream) {
-  const int64_t m = a.size(0), n = b.size(1), k = b.size(2), groups = b.size(0);
-  const int64_t bytes = g.entries.grouped_workspace_bytes(fp8gemm::kGroupedContiguous, m, n, k, groups);
-  Tensor workspace = torch::stable::new_empty(a, {std::max<int64_t>(bytes, 1)}, ScalarType::Byte);
-  g.entries.grouped_launch(fp8gemm::GroupedArgs{
-      address(a), address(b), address(a_scale), address(b_scale), address(out), bytes > 0 ? address(workspace) : 0,
-      address(offs), m, n, k, groups, a.stride(0), b.stride(1), out.stride(0), a_scale_ld, b_lds.first, 0,
-      b.stride(0), 0, 0, b_lds.second, 0, fp8gemm::kGroupedContiguous,
-      out.scalar_type() == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
 }
 
 }  // namespace fp8gemm_native

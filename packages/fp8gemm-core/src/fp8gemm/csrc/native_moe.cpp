@@ -3,6 +3,7 @@
 // fp8gemm/launch.py's run_grouped); anything else raises an error starting with kMiss for the Python planner.
 #include <torch/csrc/stable/library.h>
 
+#include "fp8gemm/linear_steps.hpp"  // align16
 #include "native_common.hpp"
 
 namespace {
@@ -47,6 +48,42 @@ MoeSizes check_moe(const Tensor& x, const Tensor& ids, const Tensor& weights, co
   return s;
 }
 
+// Where one fused_experts call keeps its intermediates, in one allocation (byte offsets, 16-byte aligned): the
+// Python steps' tensors (fp8gemm/moe_steps.py), with their shapes and MN-major scale layouts.
+struct MoeWorkspace {
+  int64_t offs, position, route, q, q_scale, h, aq, a_scale, y, grouped, bytes;
+  int64_t grouped_bytes;
+  int64_t scale_ld;  // of both scale matrices: rows = tokens * top_k each
+};
+
+MoeWorkspace moe_workspace(const MoeSizes& s, int64_t y_size) {
+  const int64_t rows = s.tokens * s.top_k, ld = a_scale_ld(rows);
+  const int64_t grouped = std::max(
+      g.entries.grouped_workspace_bytes(fp8gemm::kGroupedContiguous, rows, 2 * s.inter, s.hidden, s.experts),
+      g.entries.grouped_workspace_bytes(fp8gemm::kGroupedContiguous, rows, s.hidden, s.inter, s.experts));
+  const int64_t sizes[] = {s.experts * 4, rows * 4, g.entries.moe_workspace_bytes(s.tokens, s.top_k, s.experts),
+                           rows * s.hidden, s.hidden / 128 * ld * 4, rows * 2 * s.inter * 4, rows * s.inter,
+                           s.inter / 128 * ld * 4, rows * s.hidden * y_size, grouped};
+  int64_t at[10], end = 0;
+  for (int i = 0; i < 10; ++i) {
+    at[i] = end;
+    end += fp8gemm::align16(sizes[i]);
+  }
+  return {at[0], at[1], at[2], at[3], at[4], at[5], at[6], at[7], at[8], at[9],
+          std::max<int64_t>(end, 16), grouped, ld};
+}
+
+// One contiguous grouped GEMM of the pipeline: out[r] = a[r] @ b[group(r)]^T, offs the groups' row ends.
+void grouped_rows(uintptr_t a, const Tensor& b, uintptr_t a_scale, int64_t a_ld, const Tensor& b_scale,
+                  std::pair<int64_t, int64_t> b_lds, uintptr_t offs, uintptr_t out, int64_t rows, int out_kind,
+                  uintptr_t workspace, uintptr_t stream) {
+  const int64_t n = b.size(1), k = b.size(2), ldo = n;
+  g.entries.grouped_launch(fp8gemm::GroupedArgs{a, address(b), a_scale, address(b_scale), out, workspace, offs, rows,
+                                                n, k, b.size(0), k, b.stride(1), ldo, a_ld, b_lds.first, 0,
+                                                b.stride(0), 0, 0, b_lds.second, 0, fp8gemm::kGroupedContiguous,
+                                                out_kind, stream});
+}
+
 // out[t] = sum_j topk_weights[t, j] * down_e(silu(gate_e(x[t])) * up_e(x[t])), e = topk_ids[t, j]: route +
 // quantize-scatter, the gate/up grouped GEMM, SiLU-and-mul + quantize, the down grouped GEMM, combine.
 Tensor fused_experts(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w13, Tensor w13_scale, Tensor w2,
@@ -56,36 +93,27 @@ Tensor fused_experts(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w13,
   const MoeSizes s = check_moe(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, device);
   const auto w13_lds = group_scale_lds(w13_scale, device, true, g.b_scale_ld_multiple, "w13_scale layout");
   const auto w2_lds = group_scale_lds(w2_scale, device, true, g.b_scale_ld_multiple, "w2_scale layout");
-  const int64_t rows = s.tokens * s.top_k, pow2 = pow2_scales ? 1 : 0;
-  const int kind = in_kind(x.scalar_type());
-
-  Tensor offs = torch::stable::new_empty(x, {s.experts}, ScalarType::Int);
-  Tensor position = torch::stable::new_empty(x, {s.tokens, s.top_k}, ScalarType::Int);
-  Tensor q = torch::stable::new_empty(x, {rows, s.hidden}, g.fp8);
-  auto [q_scale, q_scale_ld] = empty_a_scale(x, rows, s.hidden / 128);
-  const int64_t route_bytes = g.entries.moe_workspace_bytes(s.tokens, s.top_k, s.experts);
-  Tensor route_workspace = torch::stable::new_empty(x, {std::max<int64_t>(route_bytes, 1)}, ScalarType::Byte);
-  g.entries.moe_route(fp8gemm::MoeRouteArgs{
-      address(topk_ids), address(x), address(q), address(q_scale), address(offs), address(position),
-      route_bytes ? address(route_workspace) : 0, s.tokens, s.top_k, s.experts, s.hidden, x.stride(0), q_scale_ld,
-      topk_ids.scalar_type() == ScalarType::Long ? 1 : 0, kind, static_cast<int>(pow2), stream});
-
-  Tensor h = torch::stable::new_empty(x, {rows, 2 * s.inter}, ScalarType::Float);
-  launch_contiguous(q, w13, q_scale, q_scale_ld, w13_scale, w13_lds, offs, h, stream);
-  Tensor aq = torch::stable::new_empty(x, {rows, s.inter}, g.fp8);
-  auto [a_scale, a_scale_ld] = empty_a_scale(x, rows, s.inter / 128);
-  g.entries.moe_activation(fp8gemm::MoeActivationArgs{address(h), address(aq), address(a_scale), address(offs),
-                                                      s.experts, s.inter, rows, h.stride(0), a_scale_ld,
-                                                      static_cast<int>(pow2), stream});
+  const int64_t rows = s.tokens * s.top_k;
+  const int kind = in_kind(x.scalar_type()), pow2 = pow2_scales ? 1 : 0;
   const bool bf16 = x.scalar_type() == ScalarType::BFloat16;  // the down GEMM's output: bf16 for bf16 x, else fp32
-  Tensor y = torch::stable::new_empty(x, {rows, s.hidden}, bf16 ? ScalarType::BFloat16 : ScalarType::Float);
-  launch_contiguous(aq, w2, a_scale, a_scale_ld, w2_scale, w2_lds, offs, y, stream);
-
-  Tensor out = torch::stable::new_empty(x, {s.tokens, s.hidden}, x.scalar_type());
-  g.entries.moe_combine(fp8gemm::MoeCombineArgs{
-      address(topk_weights), address(position), address(y), address(out), s.tokens, s.top_k, s.hidden, rows,
-      y.stride(0), out.stride(0), kind, in_kind(topk_weights.scalar_type()),
-      bf16 ? fp8gemm::kOutBF16 : fp8gemm::kOutFP32, stream});
+  const int y_kind = bf16 ? fp8gemm::kOutBF16 : fp8gemm::kOutFP32;
+  const MoeWorkspace w = moe_workspace(s, bf16 ? 2 : 4);
+  Tensor out = empty(device, {s.tokens, s.hidden}, x.scalar_type());
+  Tensor workspace = empty(device, {w.bytes}, ScalarType::Byte);  // last: freed to the stream once the call is queued
+  const uintptr_t at = address(workspace), offs = at + w.offs, position = at + w.position, q = at + w.q;
+  const uintptr_t q_scale = at + w.q_scale, h = at + w.h, aq = at + w.aq, a_scale = at + w.a_scale, y = at + w.y;
+  const uintptr_t grouped = w.grouped_bytes ? at + w.grouped : 0;
+  g.entries.moe_route(fp8gemm::MoeRouteArgs{
+      address(topk_ids), address(x), q, q_scale, offs, position, w.q > w.route ? at + w.route : 0, s.tokens,
+      s.top_k, s.experts, s.hidden, x.stride(0), w.scale_ld, topk_ids.scalar_type() == ScalarType::Long ? 1 : 0,
+      kind, pow2, stream});
+  grouped_rows(q, w13, q_scale, w.scale_ld, w13_scale, w13_lds, offs, h, rows, fp8gemm::kOutFP32, grouped, stream);
+  g.entries.moe_activation(fp8gemm::MoeActivationArgs{h, aq, a_scale, offs, s.experts, s.inter, rows, 2 * s.inter,
+                                                      w.scale_ld, pow2, stream});
+  grouped_rows(aq, w2, a_scale, w.scale_ld, w2_scale, w2_lds, offs, y, rows, y_kind, grouped, stream);
+  g.entries.moe_combine(fp8gemm::MoeCombineArgs{address(topk_weights), position, y, address(out), s.tokens, s.top_k,
+                                                s.hidden, rows, s.hidden, s.hidden, kind,
+                                                in_kind(topk_weights.scalar_type()), y_kind, stream});
   return out;
 }
 
@@ -116,7 +144,7 @@ void masked_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const 
   need(out.stride(2) == 1 && ldo >= n && (ldo * size) % 16 == 0 && (out.stride(0) * size) % 16 == 0 &&
            aligned16(out), "out layout");
   const int64_t bytes = g.entries.grouped_workspace_bytes(fp8gemm::kGroupedMasked, m, n, k, groups);
-  Tensor workspace = torch::stable::new_empty(a, {std::max<int64_t>(bytes, 1)}, ScalarType::Byte);
+  Tensor workspace = empty(device, {std::max<int64_t>(bytes, 1)}, ScalarType::Byte);
   g.entries.grouped_launch(fp8gemm::GroupedArgs{
       address(a), address(b), address(a_scale), address(b_scale), address(out), bytes > 0 ? address(workspace) : 0,
       address(masked_m), m, n, k, groups, a.stride(1), b.stride(1), ldo, a_lds.first, b_lds.first, a.stride(0),
@@ -130,8 +158,8 @@ Tensor grouped_gemm_masked(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, T
   const uintptr_t stream = current_stream(a, &device);
   need(a.dim() == 3 && b.dim() == 3, "operand ranks");
   // Zeros: the functional call's rows past masked_m[g] read 0 (fp8gemm.grouped_gemm_masked).
-  Tensor out = torch::stable::new_zeros(a, {a.size(0), a.size(1), b.size(1)},
-                                        fp32_out ? ScalarType::Float : ScalarType::BFloat16);
+  Tensor out = empty(device, {a.size(0), a.size(1), b.size(1)}, fp32_out ? ScalarType::Float : ScalarType::BFloat16);
+  if (aoti_torch_zero_(out.get()) != AOTI_TORCH_SUCCESS) throw std::runtime_error("fp8gemm: torch could not zero out");
   masked_into(a, b, a_scale, b_scale, masked_m, expected_m, out, device, stream);
   return out;
 }

@@ -86,14 +86,13 @@ Tensor linear(Tensor x, Tensor weight, Tensor weight_scale, bool pow2_scales) {
   const auto [m, ldx] = rows_of(x, k);
   const auto [ldb, b_scale_ld] = weight_lds(weight, weight_scale, k, device);
   need(g.entries.quantize != nullptr, "no quantization kernel");
-  Tensor y = torch::stable::new_empty(x, with_last(x, n), ScalarType::BFloat16);
+  Tensor y = empty(device, with_last(x, n), ScalarType::BFloat16);
   const fp8gemm::LinearWorkspace w =
       fp8gemm::linear_workspace(m, k, g.entries.workspace_bytes(m, n, k), g.entries.a_scale_ld_multiple);
-  Tensor workspace = torch::stable::new_empty(x, {w.bytes}, ScalarType::Byte);
-  const fp8gemm::LinearArgs args{reinterpret_cast<uintptr_t>(x.data_ptr()), reinterpret_cast<uintptr_t>(weight.data_ptr()),
-                                 reinterpret_cast<uintptr_t>(weight_scale.data_ptr()), reinterpret_cast<uintptr_t>(y.data_ptr()),
-                                 reinterpret_cast<uintptr_t>(workspace.data_ptr()), m, n, k, ldx, ldb, n, b_scale_ld,
-                                 fp8gemm::kOutBF16, fp8gemm::kInBF16, pow2_scales ? 1 : 0, stream};
+  Tensor workspace = empty(device, {w.bytes}, ScalarType::Byte);
+  const fp8gemm::LinearArgs args{address(x), address(weight), address(weight_scale), address(y), address(workspace),
+                                 m, n, k, ldx, ldb, n, b_scale_ld, fp8gemm::kOutBF16, fp8gemm::kInBF16,
+                                 pow2_scales ? 1 : 0, stream};
   fp8gemm::linear_in_two_steps(args, w, g.entries.quantize, g.entries.launch);
   return y;
 }
@@ -120,11 +119,9 @@ void gemm_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Te
   const auto [ldb, b_scale_ld] = weight_lds(b, b_scale, k, device);
   const int64_t n = b.size(0);
   const int64_t bytes = g.entries.workspace_bytes(m, n, k);
-  Tensor workspace = torch::stable::new_empty(a, {bytes > 0 ? bytes : 1}, ScalarType::Byte);
+  Tensor workspace = empty(device, {bytes > 0 ? bytes : 1}, ScalarType::Byte);
   g.entries.launch(fp8gemm::LaunchArgs{
-      reinterpret_cast<uintptr_t>(a.data_ptr()), reinterpret_cast<uintptr_t>(b.data_ptr()),
-      reinterpret_cast<uintptr_t>(a_scale.data_ptr()), reinterpret_cast<uintptr_t>(b_scale.data_ptr()),
-      reinterpret_cast<uintptr_t>(out.data_ptr()), bytes > 0 ? reinterpret_cast<uintptr_t>(workspace.data_ptr()) : 0,
+      address(a), address(b), address(a_scale), address(b_scale), address(out), bytes > 0 ? address(workspace) : 0,
       m, n, k, lda, ldb, out.stride(0), a_scale_ld, b_scale_ld,
       out.scalar_type() == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
 }
@@ -135,7 +132,7 @@ Tensor gemm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, bool fp32_out) {
   int64_t m = 0, k = 0;
   const auto [lda, a_scale_ld] = activation_lds(a, a_scale, device, &m, &k);
   need(b.dim() == 2, "b not 2-D");
-  Tensor out = torch::stable::new_empty(a, {m, b.size(0)}, fp32_out ? ScalarType::Float : ScalarType::BFloat16);
+  Tensor out = empty(device, {m, b.size(0)}, fp32_out ? ScalarType::Float : ScalarType::BFloat16);
   gemm_into(a, b, a_scale, b_scale, out, m, k, lda, a_scale_ld, device, stream);
   return out;
 }
@@ -162,12 +159,10 @@ std::tuple<Tensor, Tensor> quantize_activation(Tensor x, bool pow2_scales) {
   need(x.dim() >= 1, "activation shape");
   const int64_t k = x.size(x.dim() - 1);
   const auto [m, ldx] = rows_of(x, k);
-  Tensor q = torch::stable::new_empty(x, {m, k}, g.fp8);
-  auto [scale, ld] = empty_a_scale(x, m, k / 128);
-  g.entries.quantize(fp8gemm::QuantizeArgs{reinterpret_cast<uintptr_t>(x.data_ptr()),
-                                           reinterpret_cast<uintptr_t>(q.data_ptr()),
-                                           reinterpret_cast<uintptr_t>(scale.data_ptr()), m, k, ldx, ld, kind,
-                                           pow2_scales ? 1 : 0, stream});
+  Tensor q = empty(device, {m, k}, g.fp8);
+  auto [scale, ld] = empty_a_scale(device, m, k / 128);
+  g.entries.quantize(
+      fp8gemm::QuantizeArgs{address(x), address(q), address(scale), m, k, ldx, ld, kind, pow2_scales ? 1 : 0, stream});
   return {q, scale};
 }
 
