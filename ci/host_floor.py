@@ -52,7 +52,7 @@ def experts_floor_calls(x, ids, weights, w13, s13, w2, s2) -> dict:
     steps = KeptSteps(plan._replace(backend=dataclasses.replace(plan.backend, **traced)), kept)
     kept.append(steps.run(x, ids, weights, w13, s13, w2, s2))
 
-    def launches():
+    def launches(kept=kept):  # the packed arguments and device buffers live as long as this row
         for entry, address in replay:
             entry(address)
 
