@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from . import accuracy, bench, grouped_bench, layer_bench, moe_bench
+from . import accuracy, bench, grouped_bench, layer_bench, moe_bench, train_bench, train_fsdp, train_run
 
 HELP = "time ours against the available peers (without a GPU: the recipe's accuracy)"
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -105,6 +105,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "experts as transformers runs them, DeepGEMM's pipeline and transformers' FP8Experts, in CUDA graphs "
         "(docs/benchmarks.md)",
     )
+    p.add_argument(
+        "--train",
+        action="store_true",
+        help="time one Linear layer's forward and backward (ours, bf16 nn.Linear, torchao's Float8BlockwiseLinear on "
+        "either GEMM backend) at Llama-3-8B and DeepSeek-V3 shapes, the weight-gradient GEMM alone (ours, DeepGEMM's "
+        "1D1D, torch's blockwise scaled_mm) and each layer's gradient error (docs/training.md)",
+    )
+    p.add_argument(
+        "--train-run",
+        action="store_true",
+        help="train a byte-level Llama-style model (103M parameters) on the Python standard library's source in bf16 "
+        "and converted (convert(training=True)), same seed and batches: loss curves, peak memory, tokens/s",
+    )
+    p.add_argument(
+        "--throughput",
+        action="store_true",
+        help="with --train-run: tokens/s of a Llama-3-8B-shaped model of 8 layers, 8192 tokens a step, bf16 vs converted",
+    )
+    p.add_argument(
+        "--train-fsdp",
+        action="store_true",
+        help="FSDP2 (fully_shard) of a converted model on 2 GPUs against one GPU, same seed and batches: the loss "
+        "curves within 0.5%% (exit status 1 if not)",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="with --train, --train-run or --train-fsdp: tiny sizes and a few steps, on any device (the CPU runs "
+        "fp8gemm's reference); checks the harness, measures nothing",
+    )
+    p.add_argument("--steps", type=count_argument(1), help="with --train-run or --train-fsdp: steps of each run")
     p.add_argument("--quick", action="store_true", help="with --moe: a subset (T 1, 64, 4096; uniform routing)")
     p.add_argument("--decode", action="store_true", help="with --moe: the decode cases alone (T <= 64, both routings)")
     p.add_argument(
@@ -119,8 +150,17 @@ def run(args) -> int:
     """Run ``fp8gemm bench``; its exit status."""
     device = args.device or default_device()
     backend = requested_backend(args)
-    if sum(map(bool, (args.layer, args.grouped, args.moe))) > 1:
-        raise UsageError("--layer, --grouped and --moe are separate benchmarks; run one, then the other")
+    modes = {"--layer": args.layer, "--grouped": args.grouped, "--moe": args.moe, "--train": args.train,
+             "--train-run": args.train_run, "--train-fsdp": args.train_fsdp}  # fmt: skip
+    if sum(map(bool, modes.values())) > 1:
+        chosen = [name for name, on in modes.items() if on]
+        raise UsageError(f"{', '.join(chosen[:-1])} and {chosen[-1]} are separate benchmarks; run one, then the other")
+    if args.train or args.train_run or args.train_fsdp:
+        return _train_modes(args, device)
+    if args.smoke or args.steps or args.throughput:
+        raise UsageError(
+            "--smoke and --steps go with --train, --train-run or --train-fsdp; --throughput with --train-run"
+        )
     if (args.grouped or args.moe) and args.shapes:
         which = "--grouped" if args.grouped else "--moe"
         raise UsageError(f"{which} times its own case list (docs/benchmarks.md); leave --shapes out")
@@ -129,7 +169,7 @@ def run(args) -> int:
     if args.resume and not ((args.layer or args.grouped or args.moe) and args.json):
         raise UsageError(
             "--resume goes with --layer or --grouped and --json naming the earlier run's report (or with "
-            "--moe and --json)"
+            "--moe or --train and --json)"
         )
     console.print(f"data seed {args.seed} (--seed {args.seed} draws the same data)", highlight=False)
     if device.type != "cuda":
@@ -163,6 +203,96 @@ def run(args) -> int:
         )
     print_bench_table(report)
     return _write_outputs(args, report, bench.save_json, bench.plot)
+
+
+def _train_modes(args, device: torch.device) -> int:
+    """``--train``, ``--train-run`` and ``--train-fsdp`` (docs/training.md)."""
+    if args.throughput and not args.train_run:
+        raise UsageError("--throughput goes with --train-run")
+    if args.steps and not (args.train_run or args.train_fsdp):
+        raise UsageError("--steps goes with --train-run or --train-fsdp; --train times its own case list")
+    if args.shapes and not args.train:
+        raise UsageError("--shapes goes with --train; the training runs have their own model")
+    if args.resume and not (args.train and args.json):
+        raise UsageError("--resume goes with --train and --json naming the earlier run's report")
+    if args.quick or args.decode:
+        raise UsageError("--quick and --decode go with --moe")
+    if device.type != "cuda" and not args.smoke:
+        raise UsageError(
+            f"the training benchmarks time a GPU and the device is {device.type}; add --smoke to run the harness on "
+            "tiny sizes there (fp8gemm's reference on the CPU: no measurement)"
+        )
+    if args.shapes:
+        try:
+            train_bench.layer_cases(args.shapes)
+        except ValueError as exc:
+            raise UsageError(f"--shapes: {exc}") from None
+    if args.train_fsdp and device.type == "cuda" and torch.cuda.device_count() < train_fsdp.WORLD:
+        raise UsageError(f"--train-fsdp runs on {train_fsdp.WORLD} GPUs and this machine has "
+                         f"{torch.cuda.device_count()}; run it on a machine with two")  # fmt: skip
+    console.print(f"data seed {args.seed} (--seed {args.seed} draws the same data)", highlight=False)
+    say = lambda text: console.print(text, highlight=False)  # noqa: E731
+    if args.train:
+        earlier = _earlier_report(args)
+        checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
+        report = train_bench.run(device, args.shapes or None, smoke=args.smoke, progress=say, earlier=earlier,
+                                 checkpoint=checkpoint, seed=args.seed)  # fmt: skip
+        print_train_summary(report)
+        return _write_outputs(args, report, _save_atomically, train_bench.plot)
+    if args.train_fsdp:
+        kwargs = {"steps": args.steps} if args.steps else {}
+        report = train_fsdp.run(device, smoke=args.smoke, seed=args.seed, progress=say, **kwargs)
+        _write_outputs(args, report, _save_atomically, train_fsdp.plot)
+        return 0 if report["summary"]["within_tolerance"] else 1
+    checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
+    if args.throughput:
+        kwargs = {"steps": args.steps} if args.steps else {}
+        report = train_run.run_throughput(device, smoke=args.smoke, seed=args.seed, progress=say,
+                                          checkpoint=checkpoint, **kwargs)  # fmt: skip
+        s = report["summary"]
+        say(f"tokens/s: {', '.join(f'{m} {v:.0f}' for m, v in s['tokens_per_s'].items())}; converted / bf16 "
+            f"{s['tokens_per_s_ratio']:.3f}x" + _memory_text(s.get("peak_memory_ratio")))  # fmt: skip
+    else:
+        kwargs = {"steps": args.steps} if args.steps else {}
+        report = train_run.run_convergence(device, smoke=args.smoke, seed=args.seed, progress=say,
+                                           checkpoint=checkpoint, **kwargs)  # fmt: skip
+        s = report["summary"]
+        say(f"final loss (mean of the last {train_run.FINAL_WINDOW} of {s['compared_steps']} steps): "
+            + ", ".join(f"{m} {v:.4f}" for m, v in s["final_loss"].items())
+            + f"; converted / bf16 {s['final_loss_ratio']:.4f}; tokens/s ratio {s['tokens_per_s_ratio']:.3f}x"
+            + _memory_text(s.get("peak_memory_ratio")))  # fmt: skip
+    return _write_outputs(args, report, _save_atomically, train_run.plot)
+
+
+def _memory_text(ratio) -> str:
+    return f"; peak memory converted / bf16 {ratio:.3f}" if ratio is not None else ""
+
+
+def print_train_summary(report: dict) -> None:
+    table = Table(title="Linear layer forward + backward: speed over the other path (its time / this path's)")
+    for col in ("path", "vs bf16 (all)", "vs bf16, M >= 4096", "slowest vs bf16, M >= 2048", "vs torchao's fastest"):
+        table.add_column(col)
+
+    def cell(s, key="geomean"):
+        return f"{s[key]:.2f}x" if s and s["cases"] else "-"
+
+    for name, block in report["summary"]["layer"].items():
+        if not block["vs_bf16"]["cases"]:
+            continue
+        ao = block.get("vs_torchao_fastest")
+        table.add_row(name, cell(block["vs_bf16"]), cell(block["vs_bf16_m_ge_4096"]),
+                      cell(block["vs_bf16_m_ge_2048"], "slowest"),
+                      f"{cell(ao)} (slowest {cell(ao, 'slowest')})" if ao and ao["cases"] else "-")  # fmt: skip
+    console.print(table)
+    for key, s in report["summary"]["wgrad"].items():
+        if s["cases"]:
+            console.print(f"weight-gradient GEMM, {key}: geomean {s['geomean']:.2f}, slowest {s['slowest']:.2f} "
+                          f"({s['slowest_case']}), {s['cases']} cases", highlight=False)  # fmt: skip
+    for r in report["gradient_errors"]:
+        cells = [f"{name} dx {e['dx']:.2e} dw {e['dw']:.2e}" for name, e in r["rel_err"].items()]
+        console.print(f"gradient error vs float64 at {r['m']}x{r['n']}x{r['k']}: " + "; ".join(cells), highlight=False)
+    for name, why in report["environment"].get("missing", {}).items():
+        console.print(f"{name}: {why}", highlight=False)
 
 
 def _write_outputs(args, report: dict, save_json, plot) -> int:
