@@ -169,7 +169,7 @@ def run(args) -> int:
     if args.resume and not ((args.layer or args.grouped or args.moe) and args.json):
         raise UsageError(
             "--resume goes with --layer or --grouped and --json naming the earlier run's report (or with "
-            "--moe or --train and --json)"
+            "--moe and --json)"
         )
     console.print(f"data seed {args.seed} (--seed {args.seed} draws the same data)", highlight=False)
     if device.type != "cuda":
