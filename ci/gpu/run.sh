@@ -15,6 +15,9 @@
 #   bench-layer    fp8gemm bench --layer          -> layer.json, layer.png, layer.txt
 #   bench-grouped  fp8gemm bench --grouped        -> grouped.json, grouped.png, grouped.txt
 #   bench-moe      fp8gemm bench --moe            -> moe.json, moe.png, moe.txt
+#   bench-train    fp8gemm bench --train          -> train.json, train.png, train.txt
+#   train-run      fp8gemm bench --train-run, then --throughput -> train_run.*, train_tput.*
+#   train-fsdp     fp8gemm bench --train-fsdp (two GPUs) -> train_fsdp.*
 #   models         python3 -m fp8gemm_bench.models on whole transformers models (the Hub layout in /tmp/hub first)
 #   host           python3 ci/host_overhead.py, per call and whole models in eager (`kernels` from .whl/ for
 #                  transformers' rows) -> host.txt, host.json, eager.txt, eager.json
@@ -27,7 +30,7 @@
 # AB_ROUNDS (3); HUB_ARCHES (default: the shipped arch builds of this GPU, in one library).
 set -uo pipefail  # no -e: a failed step is reported and the next runs; SC2086/SC2046: word lists split on purpose
 cd "$(dirname "$0")/../.." || exit 1
-STEPS=" build peers tests check sanitize bench-gemm bench-layer bench-grouped bench-moe models host hub ab "
+STEPS=" build peers tests check sanitize bench-gemm bench-layer bench-grouped bench-moe bench-train train-run train-fsdp models host hub ab "
 [ $# -gt 0 ] || { awk 'NR > 2 && /^#/ {sub(/^# ?/, ""); print; next} NR > 2 {exit}' "$0"; exit 2; }
 for step in "$@"; do
   [[ $STEPS == *" $step "* ]] || { echo "run.sh: unknown step '$step'; the steps are:$STEPS" >&2; exit 2; }
@@ -146,6 +149,13 @@ models() {
     python3 -m fp8gemm_bench.models --out "$OUT" $hub ${MODELS_ARGS:-}
 }
 
+train_run() {  # the convergence run on the standard library's source, then the throughput of a Llama-3-8B-shaped model
+  logged train_run.txt 20 timeout "$(seconds train-run 540)" fp8gemm bench --train-run --json "$OUT/train_run.json" \
+    --plot "$OUT/train_run.png"
+  logged train_tput.txt 10 timeout "$(seconds train-tput 300)" fp8gemm bench --train-run --throughput \
+    --json "$OUT/train_tput.json" --plot "$OUT/train_tput.png"
+}
+
 host() {  # per call, then whole models; transformers' rows need `kernels` (its wheels in .whl/, as peers installs them)
   python3 -c "import kernels" 2>/dev/null || python3 -m pip install -q --no-deps $(python3 ci/gpu/kernels_wheels.py .whl)
   logged host.txt 40 timeout "$(seconds host 300)" python3 ci/host_overhead.py --json "$OUT/host.json"
@@ -213,6 +223,10 @@ for step in "$@"; do
     bench-layer) PYTHONPATH=$HF4:${PYTHONPATH:-} bench layer 40 --layer ;;
     bench-grouped) bench grouped 50 --grouped ;;
     bench-moe) bench moe 60 --moe ;;
+    bench-train) bench train 40 --train ;;
+    train-run) train_run ;;
+    train-fsdp) logged train_fsdp.txt 10 timeout "$(seconds train-fsdp 300)" fp8gemm bench --train-fsdp \
+                  --json "$OUT/train_fsdp.json" --plot "$OUT/train_fsdp.png" ;;
     models) models ;;
     host) host ;;
     hub) hub || failed+=(hub) ;;
