@@ -20,6 +20,8 @@ from fp8gemm.protocol import (
     MOE_ROUTE_ARGS,
     PROTOCOL_VERSION,
     QUANTIZE_ARGS,
+    WGRAD_ARGS,
+    Backend,
     ScaleLayout,
 )
 
@@ -36,6 +38,7 @@ def test_mirrors_have_the_sizes_the_header_asserts():
         MOE_ROUTE_ARGS: "MoeRouteArgs",
         MOE_ACTIVATION_ARGS: "MoeActivationArgs",
         MOE_COMBINE_ARGS: "MoeCombineArgs",
+        WGRAD_ARGS: "WgradArgs",
     }
     assert {names[m]: str(m.size) for m in MIRRORS} == asserted
     assert f"kProtocolVersion = {PROTOCOL_VERSION};" in HEADER
@@ -73,10 +76,10 @@ def _module(**overrides):
     return types.SimpleNamespace(**{**base, **overrides})
 
 
-def _load(module):
+def _load(module, **kwargs):
     return backend_from_module(
         module, name="x", package="fp8gemm-cuda-x", version="1", fp8_dtype="float8_e4m3fn",
-        a_scale_layout=ScaleLayout(), b_scale_layout=ScaleLayout(),
+        a_scale_layout=ScaleLayout(), b_scale_layout=ScaleLayout(), **kwargs,
     )  # fmt: skip
 
 
@@ -107,3 +110,41 @@ def test_a_binary_of_another_protocol_is_refused_with_the_fix(overrides, words):
         _load(module)
     assert words in str(raised.value)
     assert "same release" in str(raised.value) or "different fp8gemm/backend.hpp" in str(raised.value)
+
+
+def test_the_wgrad_struct_mirrors_the_header_field_by_field():
+    """WgradArgs: LaunchArgs' fields with ``accumulate`` where LaunchArgs has ``out_kind`` (the output is always fp32)."""
+    body = re.search(r"struct WgradArgs \{(.*?)\};", HEADER, re.S).group(1)
+    names = re.findall(r"(\w+)(?=[,;])", re.sub(r"//.*", "", body))
+    assert tuple(names) == WGRAD_ARGS.fields
+    assert WGRAD_ARGS.entry == "wgrad_launch" and WGRAD_ARGS.size == LAUNCH_ARGS.size == 136
+    fields = list(range(1, len(WGRAD_ARGS.fields) + 1))
+    assert list(WGRAD_ARGS.unpack(WGRAD_ARGS.pack(*fields)).values()) == [PROTOCOL_VERSION, 136, *fields]
+
+
+def test_the_wgrad_entry_is_optional_and_declared_apart():
+    """A binary without wgrad_launch (every one built before it) loads and lacks it; one with it gets its entries and
+    the layout its backend.py states; the entry is declared outside arch_entry.hpp, so arches without it build."""
+    assert _load(_module()).wgrad_launch is None
+    entry, workspace = (lambda address: None), (lambda m, n, k: 0)
+    module = _module(wgrad_launch=entry, wgrad_workspace_bytes=workspace)
+    layout = ScaleLayout("mn_major", 4)
+    backend = _load(module, wgrad_b_scale_layout=layout)
+    assert backend.wgrad_launch is entry and backend.wgrad_workspace_bytes is workspace
+    assert backend.wgrad_b_scale_layout == layout
+    with pytest.raises(TypeError, match="wgrad_launch entry needs wgrad_workspace_bytes and wgrad_b_scale_layout"):
+        _load(module)  # the module has the entry, its backend.py states no layout
+    old = {m.entry: m.size for m in MIRRORS if m is not WGRAD_ARGS}  # built before the entry: not listed, still loads
+    assert _load(_module(args_sizes=lambda: old)).wgrad_launch is None
+    with pytest.raises(RuntimeError, match="its wgrad_launch arguments are 144 bytes, the core's mirror 136"):
+        _load(_module(args_sizes=lambda: {"wgrad_launch": 144}))
+    with pytest.raises(TypeError, match="wgrad_launch entry needs"):
+        Backend("x", "cuda", ("sm_90a",), "float8_e4m3fn", "1", lambda address: None, wgrad_launch=entry)
+    include = get_include()
+    assert "wgrad_launch" not in open(f"{include}/fp8gemm/arch_entry.hpp").read()
+    declared = open(f"{include}/fp8gemm/wgrad_entry.hpp").read()
+    assert "void wgrad_launch(const fp8gemm::WgradArgs& args);" in declared
+    assert "int64_t wgrad_workspace_bytes(int64_t m, int64_t n, int64_t k);" in declared
+    module_header = open(f"{include}/fp8gemm/backend_module.hpp").read()
+    assert 'sizes["wgrad_launch"] = sizeof(Wire<WgradArgs>);' in module_header
+    assert "void define_wgrad_entry(" in module_header

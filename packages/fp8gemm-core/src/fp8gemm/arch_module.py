@@ -37,11 +37,13 @@ def backend_from_module(
     b_scale_layout: ScaleLayout,
     priority: int = 0,
     grouped_layouts: tuple[int, ...] = (),
+    wgrad_b_scale_layout: ScaleLayout | None = None,
 ) -> Backend:
     """The Backend of `module`, an arch package's `_C`: its launch, workspace_bytes and optional quantize, linear,
-    grouped (``grouped_layouts``: the layouts its grouped kernel takes) and moe step entries, its build_info, and the
-    platform and targets that build_info states (the targets a build was compiled for). A binary of another protocol
-    is refused."""
+    grouped (``grouped_layouts``: the layouts its grouped kernel takes), moe step and weight-gradient entries
+    (``wgrad_b_scale_layout``: the layout of the B scales its wgrad_launch reads; a module with the entry needs it), its
+    build_info, and the platform and targets that build_info states (the targets a build was compiled for). A binary
+    of another protocol is refused."""
     check_protocol(module, package)
     info = dict(module.build_info())
     native, info["native_ops"] = load_native_ops(module, fp8_dtype, a_scale_layout, b_scale_layout)
@@ -72,4 +74,7 @@ def backend_from_module(
         moe_workspace_bytes=getattr(module, "moe_workspace_bytes", None),
         native=native,
         priority=priority,
+        wgrad_launch=getattr(module, "wgrad_launch", None),
+        wgrad_workspace_bytes=getattr(module, "wgrad_workspace_bytes", None),
+        wgrad_b_scale_layout=wgrad_b_scale_layout if hasattr(module, "wgrad_launch") else None,
     )

@@ -83,7 +83,12 @@ MOE_COMBINE_ARGS = ArgsMirror(
     "stream:Q",
 )
 MOE_MIRRORS = (MOE_ROUTE_ARGS, MOE_ACTIVATION_ARGS, MOE_COMBINE_ARGS)
-MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS, *MOE_MIRRORS)
+WGRAD_ARGS = ArgsMirror(
+    "wgrad_launch",
+    "a:Q b:Q a_scale:Q b_scale:Q out:Q workspace:Q m:q n:q k:q lda:q ldb:q ldo:q a_scale_ld:q b_scale_ld:q "
+    "accumulate:i stream:Q",
+)
+MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS, *MOE_MIRRORS, WGRAD_ARGS)
 
 # Grouped layouts (fp8gemm/backend.hpp GroupedLayout).
 GROUPED_CONTIGUOUS = 0  # rows grouped by expert; group_rows: int32 [groups] cumulative row ends
@@ -184,6 +189,22 @@ are clamped, never read or written outside the tensors.
 """
 
 
+WgradFn = Callable[[int], None]
+"""``wgrad_launch(WGRAD_ARGS.pack(a, b, a_scale, b_scale, out, workspace, m, n, k, lda, ldb, ldout, a_scale_ld,
+b_scale_ld, accumulate, stream))``: the weight-gradient GEMM, both operands with 1x128 scales along the contracted K
+(the tokens), ``out[m, n] (+)= sum_k a[m, k] b[n, k] a_scale[m, k // 128] b_scale[n, k // 128]``.
+
+* ``a``, ``b``, ``workspace``, ``stream``: as for :data:`LaunchFn` (``workspace``: ``wgrad_workspace_bytes(m, n, k)``).
+* ``a_scale``: fp32 [m, k/128] in the backend's ``a_scale_layout``; ``b_scale``: fp32 [n, k/128], one per row of
+  ``b``, in its ``wgrad_b_scale_layout``; leading dimensions ``a_scale_ld`` / ``b_scale_ld``.
+* ``out``: fp32 [m, n], element (i, j) at ``out + (i * ldout + j) * 4``. ``accumulate`` 0 writes it, 1 adds the
+  product (computed in fp32 first) into what it holds.
+
+Guarantees as for ``launch`` (k a multiple of 128: the training quantizers zero-pad a token count that is not);
+asynchronous like it. Optional: without it (or for operands outside its layouts) the core runs the reference.
+"""
+
+
 def _no_workspace(m: int, n: int, k: int) -> int:
     return 0
 
@@ -215,6 +236,9 @@ class Backend:
     moe_combine: MoeStepFn | None = None
     moe_workspace_bytes: Callable[[int, int, int], int] | None = None  # moe_route's, for (tokens, top_k, experts)
     native: object = None  # optional: fp8gemm.native.NativeOps, the steady-state calls as C++ dispatcher ops
+    wgrad_launch: WgradFn | None = None  # optional: the weight-gradient ("1D1D", per-row b_scale) GEMM
+    wgrad_workspace_bytes: Callable[[int, int, int], int] | None = None  # wgrad_launch's, for (m, n, k)
+    wgrad_b_scale_layout: ScaleLayout | None = None  # the layout of the per-row B scales wgrad_launch reads
 
     def __post_init__(self):
         if self.platform not in ("cuda", "rocm"):
@@ -228,6 +252,13 @@ class Backend:
         if self.grouped_launch is not None and (not self.grouped_layouts or not callable(self.grouped_workspace_bytes)):
             raise TypeError(
                 f"Backend {self.name!r}: a grouped_launch entry needs grouped_layouts and grouped_workspace_bytes"
+            )
+        if self.wgrad_launch is not None and (
+            not callable(self.wgrad_workspace_bytes) or not isinstance(self.wgrad_b_scale_layout, ScaleLayout)
+        ):
+            raise TypeError(
+                f"Backend {self.name!r}: a wgrad_launch entry needs wgrad_workspace_bytes and wgrad_b_scale_layout (the "
+                f"ScaleLayout of the per-row B scales it reads)"
             )
         steps = (self.moe_route, self.moe_activation, self.moe_combine, self.moe_workspace_bytes)
         if any(step is not None for step in steps[:3]) and not all(map(callable, steps)):

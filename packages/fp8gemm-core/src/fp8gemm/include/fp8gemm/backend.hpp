@@ -99,6 +99,21 @@ struct MoeCombineArgs {
   uintptr_t stream;
 };
 
+// The weight-gradient GEMM (optional entry wgrad_launch, fp8gemm/wgrad_entry.hpp; docs/training.md): both operands carry
+// 1 x 128 scales along the contracted dim K (the tokens), "1D1D":
+//   out[m, n] (+)= sum_k a[m, k] * b[n, k] * a_scale[m, k / 128] * b_scale[n, k / 128]
+// a [m, k] and b [n, k] FP8 (row strides lda, ldb); a_scale [m, k/128] in the backend's a_scale_layout (leading
+// dimension a_scale_ld), b_scale [n, k/128] per row of b in its wgrad_b_scale_layout (b_scale_ld); out fp32 [m, n]
+// (row stride ldo); accumulate 0 writes out, 1 adds the product into it (out += product, the product in fp32 first).
+// `workspace` holds the backend's wgrad_workspace_bytes(m, n, k) bytes. Guarantees as for LaunchArgs (k is a multiple
+// of 128: a token count that is not is zero-padded by the caller, fp8gemm.training.quantize_with_transpose).
+struct WgradArgs {
+  uintptr_t a, b, a_scale, b_scale, out, workspace;
+  int64_t m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld;
+  int accumulate;
+  uintptr_t stream;
+};
+
 // What crosses from Python: the header, then the arguments (fp8gemm/protocol.py mirrors each struct).
 template <class Args>
 struct Wire {
@@ -117,5 +132,6 @@ static_assert(sizeof(Wire<MoeRouteArgs>) == 136 && offsetof(MoeRouteArgs, stream
 static_assert(sizeof(Wire<MoeActivationArgs>) == 96 && offsetof(MoeActivationArgs, stream) == 80,
               "mirror: MOE_ACTIVATION_ARGS");
 static_assert(sizeof(Wire<MoeCombineArgs>) == 112 && offsetof(MoeCombineArgs, stream) == 96, "mirror: MOE_COMBINE_ARGS");
+static_assert(sizeof(Wire<WgradArgs>) == 136 && offsetof(WgradArgs, stream) == 120, "mirror: WGRAD_ARGS");
 
 }  // namespace fp8gemm

@@ -2,7 +2,8 @@
 //   launch(args), workspace_bytes(m, n, k), build_info() -> dict, protocol_version(), args_sizes() -> dict, and
 //   optionally quantize(args) and linear(args) with linear_workspace_bytes(m, n, k, in_kind), grouped_launch(args)
 //   with grouped_workspace_bytes(layout, m, n, k, groups), moe_route(args), moe_activation(args) and
-//   moe_combine(args) with moe_workspace_bytes(tokens, top_k, experts), and a_scale_ld_multiple(). Each `args` is
+//   moe_combine(args) with moe_workspace_bytes(tokens, top_k, experts), a_scale_ld_multiple(), and wgrad_launch(args)
+//   with wgrad_workspace_bytes(m, n, k) and wgrad_b_scale_ld_multiple(). Each `args` is
 //   the address of a Wire<...Args> (fp8gemm/backend.hpp) that the core packed through its mirror (fp8gemm/protocol.py).
 // An arch package's binding is then one line per entry:
 //   PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &my::launch, &my::workspace_bytes, my::build_info); }
@@ -32,6 +33,7 @@ void define_backend_module(pybind11::module_& m, Launch launch, WorkspaceBytes w
         sizes["moe_route"] = sizeof(Wire<MoeRouteArgs>);
         sizes["moe_activation"] = sizeof(Wire<MoeActivationArgs>);
         sizes["moe_combine"] = sizeof(Wire<MoeCombineArgs>);
+        sizes["wgrad_launch"] = sizeof(Wire<WgradArgs>);
         return sizes;
       },
       "Bytes of each entry's argument struct, header included (the core compares them with its mirrors)");
@@ -93,6 +95,20 @@ void define_moe_entry(pybind11::module_& m, Route route, Activation activation, 
       "moe_combine", [combine](uintptr_t args) { combine(read_wire<MoeCombineArgs>(args, "moe_combine")); },
       "Enqueue fused_experts' combine: `args` is the address of a packed fp8gemm.protocol.MOE_COMBINE_ARGS");
   m.def("moe_workspace_bytes", workspace_bytes, "Scratch bytes moe_route() needs for (tokens, top_k, experts)");
+}
+
+// The optional weight-gradient entry (fp8gemm.protocol.WgradFn, fp8gemm/wgrad_entry.hpp): wgrad_launch(args),
+// wgrad_workspace_bytes(m, n, k), and wgrad_b_scale_ld_multiple(), the leading-dimension multiple (elements) of the B
+// scales it reads (its backend.py states their order in the Backend's wgrad_b_scale_layout).
+template <class Wgrad, class WorkspaceBytes>
+void define_wgrad_entry(pybind11::module_& m, Wgrad wgrad, WorkspaceBytes workspace_bytes, int b_scale_ld_multiple) {
+  m.def(
+      "wgrad_launch", [wgrad](uintptr_t args) { wgrad(read_wire<WgradArgs>(args, "wgrad_launch")); },
+      "Enqueue one weight-gradient GEMM (1 x 128 scales along K on both operands, fp32 out, optionally added into "
+      "out): `args` is the address of a packed fp8gemm.protocol.WGRAD_ARGS");
+  m.def("wgrad_workspace_bytes", workspace_bytes, "Scratch bytes wgrad_launch() needs for (m, n, k) on the current device");
+  m.def("wgrad_b_scale_ld_multiple", [b_scale_ld_multiple] { return b_scale_ld_multiple; },
+        "Leading-dimension multiple of the B scales wgrad_launch() reads");
 }
 
 // The leading-dimension multiple (elements) of the arch's MN-major A scales, as a_scale_ld_multiple(): its
