@@ -13,14 +13,15 @@ import torch
 from . import runtime
 from .grouped_checks import GroupedPlan
 from .grouped_reference import reference_grouped
-from .plans import GemmPlan, LinearPlan, QuantizePlan
-from .protocol import GROUPED_ARGS, GROUPED_MASKED, LAUNCH_ARGS, LINEAR_ARGS
+from .plans import GemmPlan, LinearPlan, QuantizePlan, WgradPlan
+from .protocol import GROUPED_ARGS, GROUPED_MASKED, LAUNCH_ARGS, LINEAR_ARGS, WGRAD_ARGS
 from .reference import REFERENCE, reference_gemm, reference_quantize
 from .validation import layout_ld
 
 _pack_gemm = LAUNCH_ARGS.pack
 _pack_linear = LINEAR_ARGS.pack
 _pack_grouped = GROUPED_ARGS.pack
+_pack_wgrad = WGRAD_ARGS.pack
 
 
 def run_gemm(plan: GemmPlan, a, b, out) -> torch.Tensor:
@@ -43,6 +44,24 @@ def run_gemm(plan: GemmPlan, a, b, out) -> torch.Tensor:
         runtime.call_on_device(backend.launch, address, dev)
     else:
         backend.launch(address)
+    return out
+
+
+def run_wgrad(plan: WgradPlan, a, b, out, accumulate: bool = False) -> torch.Tensor:
+    """``out`` (float32, allocated when None) <- the planned weight-gradient GEMM of ``a`` [M, K] and ``b`` [N, K] on
+    the backend's ``wgrad_launch``, or with ``accumulate`` the product added into ``out``, in one launch."""
+    backend, m, n, k, lda, ldb, a_scale, a_scale_ld, b_scale, b_scale_ld, dev, elsewhere = plan
+    if out is None:
+        out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+    stream = runtime.raw_stream(dev)
+    workspace = runtime.scratch(backend.wgrad_workspace_bytes(m, n, k), out.device, stream)
+    address = _pack_wgrad(a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(),
+                          workspace, m, n, k, lda, ldb, out.stride(0), a_scale_ld, b_scale_ld, int(accumulate),
+                          stream)  # fmt: skip
+    if elsewhere:
+        runtime.call_on_device(backend.wgrad_launch, address, dev)
+    else:
+        backend.wgrad_launch(address)
     return out
 
 

@@ -8,9 +8,9 @@ import torch
 from . import registry, runtime
 from .autograd import refuse_grad
 from .grouped_checks import conform_group_scale
-from .launch import run_gemm
+from .launch import run_gemm, run_wgrad
 from .native import reraise_unless_miss
-from .plans import checked_gemm_plan, fast_gemm_plan
+from .plans import WgradPlan, checked_gemm_plan, fast_gemm_plan
 from .reference import REFERENCE
 from .runtime import LIBRARY
 from .validation import GEMM_NAMES, check_accumulate, check_inputs, conform_scale
@@ -22,8 +22,7 @@ from .validation import GEMM_NAMES, check_accumulate, check_inputs, conform_scal
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
              out_dtype: torch.dtype, backend: str) -> torch.Tensor:  # fmt: skip
     plan = fast_gemm_plan(a, b, a_scale, b_scale, None, out_dtype, backend)
-    plan = plan or checked_gemm_plan(a, b, a_scale, b_scale, None, out_dtype, backend)
-    return run_gemm(plan, a, b, None)
+    return _run(plan or checked_gemm_plan(a, b, a_scale, b_scale, None, out_dtype, backend), a, b, None)
 
 
 @_gemm_op.register_fake
@@ -36,7 +35,7 @@ def _(a, b, a_scale, b_scale, out_dtype, backend):
 def _gemm_out_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
                  out: torch.Tensor, backend: str) -> None:  # fmt: skip
     plan = fast_gemm_plan(a, b, a_scale, b_scale, out, None, backend)
-    run_gemm(plan or checked_gemm_plan(a, b, a_scale, b_scale, out, None, backend), a, b, out)
+    _run(plan or checked_gemm_plan(a, b, a_scale, b_scale, out, None, backend), a, b, out)
 
 
 @_gemm_out_op.register_fake
@@ -55,7 +54,7 @@ def gemm(
     a: FP8 [M, K] (activations), b: FP8 [N, K] (the nn.Linear weight), both K-contiguous.
     a_scale: fp32 [M, K/128]; b_scale: fp32 [ceil(N/128), K/128]; either row- or column-major.
     b_scale may instead be per row, fp32 [N, K/128] (``b_scale[n, k // 128]``: the weight-gradient, "1D1D" form);
-    it needs a float32 output and runs the pure-torch reference on every device for now.
+    it needs a float32 output and runs the backend's weight-gradient entry where it has one, else the reference.
     out_dtype: torch.bfloat16 (default) or torch.float32; ``out=`` is written in place, or with
     ``accumulate=True`` (a float32 ``out`` only) the product is added to it.
     backend: a backend name or "reference"; default ``$FP8GEMM_BACKEND``, else the best fit for the
@@ -92,16 +91,30 @@ def gemm(
         except RuntimeError as error:
             reraise_unless_miss(error)
     plan = fast_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend)
-    plan = plan or checked_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend)
+    if plan is None:
+        return _run(checked_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend), a, b, out)
+    return run_gemm(plan, a, b, out)
+
+
+def _run(plan, a, b, out) -> torch.Tensor:
+    """A checked plan's run: the weight-gradient entry's (:class:`WgradPlan`) or the GEMM's."""
+    if type(plan) is WgradPlan:
+        return run_wgrad(plan, a, b, out)
     return run_gemm(plan, a, b, out)
 
 
 def _gemm_accumulate(a, b, a_scale, b_scale, out, out_dtype, backend) -> torch.Tensor:
-    """``out += a @ b.T`` (block-scaled): the product in float32, then one add; no backend's launch adds into its
-    output yet (LaunchArgs has no such field), so each computes the product as for ``out=None``."""
+    """``out += a @ b.T`` (block-scaled), float32 ``out``: one launch of the backend's weight-gradient entry, which adds
+    into its output, where it has one (a per-block ``b_scale`` repeated onto its rows); else the product in float32 as
+    for ``out=None``, then one add. Compiled: the product, then the add (the ops have no accumulating form)."""
     check_accumulate(out, accumulate=True)
     if not torch.compiler.is_compiling():  # out's shape, device and dtype before any work; compiled: the fake's checks
         check_inputs(a, b, a_scale, b_scale, out, out_dtype, None)
+        if torch.is_grad_enabled():
+            refuse_grad("gemm", (*GEMM_NAMES, "out"), (a, b, a_scale, b_scale, out))
+        plan = checked_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend, accumulate=True)
+        if type(plan) is WgradPlan:
+            return run_wgrad(plan, a, b, out, accumulate=True)
     elif out_dtype not in (None, torch.float32) or tuple(out.shape) != (a.shape[0], b.shape[0]):
         raise ValueError(f"out must be [M, N] = [{a.shape[0]}, {b.shape[0]}] float32, got {tuple(out.shape)}")
     return out.add_(gemm(a, b, a_scale, b_scale, out_dtype=torch.float32, backend=backend))

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 
 from . import registry, runtime
-from .reference import REFERENCE
+from .reference import REFERENCE, b_scale_rows
 from .runtime import IN_KINDS
 from .validation import (
     GEMM_NAMES,
@@ -47,6 +47,25 @@ class GemmPlan(NamedTuple):
     out_dtype: torch.dtype
     device: int  # the tensors' device index (runtime.device_index)
     elsewhere: bool  # it is not the current device: the launch makes it current (runtime.switch_needed)
+
+
+class WgradPlan(NamedTuple):
+    """One checked weight-gradient GEMM for the backend's ``wgrad_launch``: ``out[m, n] (+)= a[m, k] @ b[n, k].T`` with
+    1x128 scales along K on both operands, float32 out (the per-row ``b_scale`` form, or a per-block one repeated onto
+    its rows for ``accumulate=True``)."""
+
+    backend: object  # a Backend with wgrad_launch
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    a_scale: torch.Tensor  # in the backend's a_scale_layout
+    a_scale_ld: int
+    b_scale: torch.Tensor  # [N, K/128], in the backend's wgrad_b_scale_layout
+    b_scale_ld: int
+    device: int
+    elsewhere: bool
 
 
 class LinearPlan(NamedTuple):
@@ -138,15 +157,22 @@ def fast_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend_name):  # noq
     return backend, m, n, k, lda, ldb, a_scale, a_scale_ld, b_scale, b_scale_ld, out_dtype, dev, False  # a GemmPlan
 
 
-def checked_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend_name, names=GEMM_NAMES) -> GemmPlan:
+def checked_gemm_plan(
+    a, b, a_scale, b_scale, out, out_dtype, backend_name, names=GEMM_NAMES, accumulate: bool = False
+) -> GemmPlan | WgradPlan:
     """Every check of one ``gemm`` call with its error under the caller's ``names``, and the scales conformed to the
-    backend's layout. A per-row ``b_scale`` (the weight-gradient form) is planned on the reference on every device."""
+    backend's layout. A per-row ``b_scale`` (the weight-gradient form), and with ``accumulate`` any ``b_scale``, is
+    planned on the backend's ``wgrad_launch`` (a :class:`WgradPlan`) where it has one; else a per-row ``b_scale`` runs
+    the reference and ``accumulate`` the product (``launch``, then one add)."""
     if not isinstance(a, torch.Tensor):  # its device picks the backend
         raise TypeError(f"{names[0]} must be a torch.Tensor, got {type(a).__name__}")
     backend = registry.select(a.device, backend_name or None).backend
     dtype = check_inputs(a, b, a_scale, b_scale, out, out_dtype, backend.fp8_dtype, names)
     (m, k), n = a.shape, b.shape[0]
-    if per_row_scale(b, b_scale):  # no backend's launch takes per-row b scales yet (LaunchArgs has no field for it)
+    per_row = per_row_scale(b, b_scale)
+    if (per_row or accumulate) and m and getattr(backend, "wgrad_launch", None) is not None:
+        return _wgrad_plan(backend, a, b, a_scale, b_scale if per_row else b_scale_rows(b_scale, n))
+    if per_row:  # the backend has no weight-gradient entry (LaunchArgs has no per-row B scale)
         backend = REFERENCE
     if backend is REFERENCE or not m:
         return GemmPlan(backend, m, n, k, 0, 0, a_scale, 0, b_scale, 0, dtype, -1, False)
@@ -155,6 +181,17 @@ def checked_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend_name, name
     lds, dev = (a.stride(0), b.stride(0)), runtime.device_index(a)
     switch = runtime.switch_needed(dev)
     return GemmPlan(backend, m, n, k, *lds, a_scale, a_scale_ld, b_scale, b_scale_ld, dtype, dev, switch)
+
+
+def _wgrad_plan(backend, a, b, a_scale, b_scale) -> WgradPlan:
+    """The checked operands (M > 0) planned on ``backend.wgrad_launch``: the scales conformed to its layouts (a copy
+    where they differ, as for the forward's activation scales)."""
+    (m, k), n = a.shape, b.shape[0]
+    a_scale, a_scale_ld = conform_scale(a_scale, backend.a_scale_layout)
+    b_scale, b_scale_ld = conform_scale(b_scale, backend.wgrad_b_scale_layout)
+    dev = runtime.device_index(a)
+    switch = runtime.switch_needed(dev)
+    return WgradPlan(backend, m, n, k, a.stride(0), b.stride(0), a_scale, a_scale_ld, b_scale, b_scale_ld, dev, switch)
 
 
 def weight_lds(found: runtime.FastBackend, b, b_scale, k: int, dev: int):
