@@ -41,13 +41,19 @@ def built(request, tmp_path_factory):
 
 
 ONE_SET = 1  # tile_config.hpp MainLoop::kOneSet
-SM90A_GEMM_KERNELS = 22  # tile_config.hpp: the 16 kTiles and the 6 kGroupedTiles
+SM90A_GEMM_KERNELS = 24  # tile_config.hpp: the 16 kTiles, the 6 kGroupedTiles and the 2 kWgradTiles
+WGRAD = 2  # tile_config.hpp GemmType::kWgrad
 
 
 def sm90a_kernel_params(name: str) -> tuple[int, ...] | None:
     """(rows, cols, cluster, main loop) of a gemm_kernel's mangled name (tile_config.hpp TileConfig), else None."""
     m = re.search(r"gemm_kernelILi(\d+)ELi(\d+)ELi(\d)ELNS_8MainLoopE(\d)E", name)
     return tuple(map(int, m.groups())) if m else None
+
+
+def sm90a_gemm_type(name: str) -> int:
+    """The GemmType of a gemm_kernel's mangled name (tile_config.hpp: 0 dense, 1 grouped, 2 weight gradient)."""
+    return int(re.search(r"GemmTypeE(\d)E", name).group(1))
 
 
 def test_ships_machine_code_for_its_target_only(built):
@@ -97,11 +103,36 @@ def test_sm90a_one_set_k_loop_is_unrolled(built):
     found = {}
     for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
         key = sm90a_kernel_params(name)
-        if key in expected:
+        if key in expected and sm90a_gemm_type(name) != WGRAD:  # test_sm90a_wgrad_kernels_promote_per_column
             found[key] = sum(n for op, n in ops.items() if op.startswith("QGMMA."))
     assert sorted(found) == sorted(expected)
     for key, count in found.items():
         assert count >= expected[key], (key, count, expected[key])
+
+
+def test_sm90a_wgrad_kernels_promote_per_column(built):
+    """wgrad_launch.cuh (GemmType::kWgrad): the one-set loop unrolled as the dense kernels' (256 rows: 8 K blocks of two
+    slices, 128 rows: 8, the remainder's 1 and the rolled copy's 1); each stage's B scales come by TMA (four 2-D loads
+    a stage: A, B, both scales) and each K block's promotion reads its columns' pairs (LDS.64, one per 8-column group and
+    slice) and multiplies both scales per accumulator (an FMUL beside each FFMA); fp32 out, stored directly (no TMA
+    store)."""
+    package, module = built
+    if package != "fp8gemm-cuda-sm90a":
+        pytest.skip("sm90a kernels only")
+    expected = {(256, 128, 2, ONE_SET): (8 + 1) * 2 * 4, (128, 128, 1, ONE_SET): (8 + 1 + 1) * 4}
+    found = {}
+    for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
+        if sm90a_kernel_params(name) and sm90a_gemm_type(name) == WGRAD:
+            found[sm90a_kernel_params(name)] = ops
+    assert sorted(found) == sorted(expected)
+    for key, ops in found.items():
+        qgmma = sum(n for op, n in ops.items() if op.startswith("QGMMA.64x128x32"))
+        blocks = qgmma // 4  # K blocks x slices in the SASS
+        assert qgmma >= expected[key], (key, qgmma)
+        assert ops["LDS.64"] >= blocks * 16, (key, ops["LDS.64"], blocks)
+        assert ops["FMUL"] >= ops["FFMA"] // 2 > 0 and ops["FFMA"] >= blocks * 64, (key, ops["FMUL"], ops["FFMA"])
+        assert not any(op.startswith("UTMASTG") for op in ops), key
+        assert sum(n for op, n in ops.items() if op.startswith("UTMALDG.2D")) >= 4, key
 
 
 def test_sm90a_decode_tiles_issue_tma_from_an_elected_lane(built):

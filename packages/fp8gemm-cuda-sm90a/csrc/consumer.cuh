@@ -19,6 +19,7 @@ struct Consumer {
   uint32_t a_desc_base, b_desc_base;
   uint32_t scale_addr;  // this thread's first A-scale row in stage 0
   uint32_t seg_scales_addr;
+  uint32_t b_scales_addr;  // weight-gradient kernels: this thread's first B-scale column (2 (lane % 4)) in stage 0
   int lane, k_part;  // k_part: which of the split warpgroups' K blocks (0 without the split)
   Ring<C::kStages> ring;
   int seg = 0;  // B-scale segments read so far
@@ -50,6 +51,12 @@ struct Consumer {
   __device__ __forceinline__ float a_scale_hi(int s, int slice) {
     return lds_f32(scale_addr + s * C::kBlockM * 4 + slice * 256 + 32);
   }
+
+  // Weight-gradient kernels: the B scales of this thread's accumulator columns in stage s, columns 8g + 2 (lane % 4)
+  // and + 1 (one pair per 8-column group g).
+  __device__ __forceinline__ float2 b_scale_pair(int s, int g) {
+    return lds_f32x2(b_scales_addr + s * C::kBlockN * 4 + 32 * g);
+  }
 };
 
 // Adds one K block's accumulator to a slice's running total with both scales: the first kFormer
@@ -68,6 +75,22 @@ __device__ __forceinline__ void promote(Former, float (&into)[C::kAcc], const fl
     into[4 * g + 1] += from[4 * g + 1] * lo;
     into[4 * g + 2] += from[4 * g + 2] * hi;
     into[4 * g + 3] += from[4 * g + 3] * hi;
+  }
+}
+
+// The weight-gradient promotion: each accumulator column with its own B scale (1 x 128 along K, "1D1D"), each row
+// with its A scale; the scale product first, as DeepGEMM's 1D1D kernel: into += from * (sa * sb). sb(g): group g's
+// pair of B scales (from registers, or read from the stage here).
+template <class C, class PairOf>
+__device__ __forceinline__ void promote_columns(float (&into)[C::kAcc], const float (&from)[C::kAcc], float sa_lo,
+                                                float sa_hi, PairOf sb) {
+#pragma unroll
+  for (int g = 0; g < C::kGroups; ++g) {
+    const float2 b = sb(g);
+    into[4 * g] += from[4 * g] * (sa_lo * b.x);
+    into[4 * g + 1] += from[4 * g + 1] * (sa_lo * b.y);
+    into[4 * g + 2] += from[4 * g + 2] * (sa_hi * b.x);
+    into[4 * g + 3] += from[4 * g + 3] * (sa_hi * b.y);
   }
 }
 

@@ -12,7 +12,10 @@
 // still pair CTAs in 2-CTA clusters for placement only: the kernel never addresses its peer.
 // Grouped kernels (kType = GemmType::kGrouped, grouped.cu) are the same kernel on 3-D tensor maps whose third
 // coordinate is the group, walking the groups' tiles (scheduler.cuh GroupCursor); a warpgroup whose rows cross
-// its group's end stores directly, masked to the group's rows.
+// its group's end stores directly, masked to the group's rows. Weight-gradient kernels (kType = GemmType::kWgrad,
+// wgrad_launch.cuh) take B scales per column (map_b_scale, one row of them per stage; the others get any valid map
+// there and never read it), promote each column with its own (consumer.cuh promote_columns) and store fp32 directly,
+// added into out where p.accumulate says so.
 // The parts and their choices: docs/kernels/sm90a-structure.md.
 #pragma once
 
@@ -20,6 +23,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "epilogue.cuh"
 #include "kernel_traits.cuh"
@@ -34,7 +38,7 @@ template <int kRows, int kCols, int kCluster, MainLoop kLoop, GemmType kType = G
 __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kType>::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_scale, const __grid_constant__ CUtensorMap map_out,
-                const Params p) {
+                const __grid_constant__ CUtensorMap map_b_scale, const Params p) {
   using C = KernelTraits<kRows, kCols, kCluster, kLoop, kType>;
   constexpr int kStages = C::kStages, kSub = C::kSub, kBlockN = C::kBlockN;
   extern __shared__ uint8_t smem_raw[];
@@ -63,13 +67,14 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
     prefetch_map(&map_b);
     prefetch_map(&map_scale);
     prefetch_map(&map_out);
+    if constexpr (C::kWgrad) prefetch_map(&map_b_scale);
   }
   if constexpr (kCluster > 1) cluster_sync();  // peers' barriers exist before anyone signals them
   else __syncthreads();
   wait_prior_grid();  // launched early (programmatic): everything above overlapped the previous grid
 
   if (warpgroup == C::kConsumerWGs) {
-    run_producer<C, kCluster>(smem, &map_a, &map_b, &map_scale, &map_out, p, walk, rank, kb_total);
+    run_producer<C, kCluster>(smem, &map_a, &map_b, &map_scale, &map_out, &map_b_scale, p, walk, rank, kb_total);
     if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still write to it
     return;
   }
@@ -90,7 +95,8 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
   // K block; the two-accumulator loop has no register to spare for it).
   const uint32_t scale_addr =
       kSub > 1 ? pinned(smem_u32(smem.scales + row_in_tile)) : smem_u32(smem.scales + row_in_tile);
-  Consumer<C, kCluster> consumer{smem, a_desc_base, b_desc_base, scale_addr, smem_u32(smem.seg_scales), lane, k_part};
+  Consumer<C, kCluster> consumer{smem,  a_desc_base, b_desc_base, scale_addr, smem_u32(smem.seg_scales),
+                                 smem_u32(smem.b_scales + 2 * (lane % 4)), lane, k_part};
   Tiles<C, kCluster> tiles;
   for (int t = walk.first; t < walk.count; t += walk.stride) {
     if (!tiles.more(p, t)) break;
@@ -104,6 +110,8 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
 
     if constexpr (C::kOverlap)
       with_former<kBlockN>(n_first % kBlockK, [&](auto former) { mainloop_two_set(consumer, former, k, sb_rows, total); });
+    else if constexpr (C::kWgrad)
+      mainloop_one_set_columns(consumer, std::integral_constant<int, C::kGroups>(), k, total);
     else
       with_former<kBlockN>(n_first % kBlockK, [&](auto former) { mainloop_one_set(consumer, former, k, total); });
     if constexpr (C::kSplitK) {

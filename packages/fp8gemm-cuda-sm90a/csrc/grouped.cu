@@ -45,7 +45,8 @@ void launch_grouped_tile(const fp8gemm::GroupedArgs& a, Params p, const GroupedP
     if (!resident) kDevices.fail("no 2-CTA cluster fits on this GPU");
     launch.config.gridDim = dim3(std::min<int64_t>(plan.grid / 2, resident) * 2);  // the plan's grid is even
   }
-  kDevices.check(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_s, map_out, p), "grouped GEMM kernel launch");
+  kDevices.check(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_s, map_out, map_s, p),
+                 "grouped GEMM kernel launch");
 }
 
 template <int... kIndex>

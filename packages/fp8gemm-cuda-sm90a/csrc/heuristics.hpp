@@ -151,6 +151,48 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
   return p;
 }
 
+// ---- The weight-gradient GEMM (wgrad_launch.cuh): one of tile_config.hpp kWgradTiles, never split along K.
+//
+// Its shapes are hidden sizes by hidden sizes (M, N 1536..36864) over the tokens of a step (K 2048..16384): hundreds
+// to thousands of 128 x 128 tiles, so the tile is chosen by the same wave model as the dense GEMM's, at the dense
+// one-set tiles' rates (the per-column B scales cost each promotion an FMUL per accumulator and a few shared loads).
+// No split-K: an accumulating GEMM would need its partial sums reduced into out, and on these shapes the tiles fill
+// the SMs without it; a small M x N (a LoRA adapter) takes one wave of long tiles.
+struct WgradPlan {
+  TileConfig tile;
+  int m_blocks, n_blocks;
+  int grid;     // persistent CTAs
+  int group_m;  // rasterisation, as Plan's
+};
+
+constexpr TileRate kWgradRates[] = {{128, 128, 1, 1120}, {256, 128, 2, 1270}};
+
+inline WgradPlan wgrad_plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
+  WgradPlan p{};
+  double best = 0;
+  for (const TileRate& t : kWgradRates) {
+    const int64_t n_blocks = ceil_div(n, t.cols);
+    if ((m <= 128 && t.rows > 128) || (t.cluster > 1 && (n_blocks < t.cluster || sm_count < t.cluster))) continue;
+    const int64_t tiles = tiles_of(m, n, t.rows, t.cols, t.cluster);
+    const double us = double(ceil_div(tiles, sm_count)) * 2.0 * t.rows * t.cols * k / (t.tflops * 1e6 / sm_count);
+    if (best == 0 || us < best) best = us, p.tile = TileConfig{t.rows, t.cols, t.cluster, MainLoop::kOneSet};
+  }
+  const TileConfig& t = p.tile;
+  p.m_blocks = static_cast<int>(ceil_div(m, t.rows));
+  p.n_blocks = static_cast<int>(ceil_div(n, t.cols));
+  const int64_t cluster_tiles = int64_t(p.m_blocks) * ceil_div(p.n_blocks, t.cluster);  // clusters pair N blocks
+  p.grid = static_cast<int>(std::min<int64_t>(cluster_tiles, sm_count / t.cluster) * t.cluster);
+  p.group_m = kGroupM;
+  return p;
+}
+
+// The index of `tile` in kWgradTiles, or -1 where no weight-gradient kernel of that shape is compiled.
+constexpr int wgrad_tile_index(const TileConfig& tile) {
+  for (int i = 0; i < kWgradTileCount; ++i)
+    if (kWgradTiles[i].same_kernel(tile)) return i;
+  return -1;
+}
+
 // ---- Grouped GEMMs (grouped.cu): one of tile_config.hpp kGroupedTiles for the rows a group is expected to hold.
 
 struct GroupedPlan {

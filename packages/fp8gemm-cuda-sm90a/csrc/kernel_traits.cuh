@@ -26,6 +26,7 @@ struct Params {
   const int32_t* group_rows;  // contiguous: cumulative row ends; masked: rows per group (device values, clamped)
   int groups, masked;
   int64_t sb_gs, out_gs;  // group strides (elements) of the B scales and of out (masked)
+  int accumulate;         // weight-gradient kernels: out += the product (else out = it)
 };
 
 // B-scale segments: the B scales of up to kSegKb K blocks of a tile (two 128-row blocks of N), double
@@ -36,10 +37,10 @@ constexpr int kSegBytes = 4 * 8 + 2 * 2 * kSegKb * 4;
 __host__ __device__ constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
 
 // Pipeline depth: as many stages as shared memory holds next to the epilogue buffer and `extra`
-// bytes, at most `cap`.
-constexpr int stages_for(int block_m, int block_n, int extra = 0, int cap = 12) {
-  const int per_stage = block_m * kBlockK + block_n * kBlockK + block_m * 4;
-  const int epilogue = block_n % 32 == 0 ? block_m * block_n * 2 : 0;
+// bytes, at most `cap`. Weight-gradient kernels: B scales per column in every stage, no epilogue buffer.
+constexpr int stages_for(int block_m, int block_n, int extra = 0, int cap = 12, bool wgrad = false) {
+  const int per_stage = block_m * kBlockK + block_n * kBlockK + block_m * 4 + (wgrad ? block_n * 4 : 0);
+  const int epilogue = block_n % 32 == 0 && !wgrad ? block_m * block_n * 2 : 0;
   const int fit = (227 * 1024 - 2048 - epilogue - 2 * cap * 8 - kSegBytes - extra) / per_stage;  // 2048: alignment; barriers
   return fit < cap ? fit : cap;
 }
@@ -64,9 +65,14 @@ struct KernelTraits {
   // block; the second hands its sums to the first through shared memory (kRedBytes) at the tile's end.
   // Its pipeline gets up to 20 stages, as the loads must keep up with two consumers.
   static constexpr int kSplitWG = kSplitK ? 2 : 1;
+  // The weight-gradient GEMM: every stage also holds the B scales of the tile's columns (TMA, as A's), each thread
+  // promoting its accumulator columns with their own; fp32 out through direct stores. One-set loop only.
+  static constexpr bool kWgrad = kGemm == GemmType::kWgrad;
+  static_assert(!kWgrad || (!kOverlap && kCluster == 1) || (!kOverlap && pairs_along_n(kRows)),
+                "weight-gradient kernels: the one-set loop; clusters pair N blocks (each CTA its own B scales)");
   static constexpr int kConsumerWGs = kConsumers * kSplitWG;
   static constexpr int kRedBytes = kSplitK ? 128 * (kBlockN / 2) * 4 : 0;
-  static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12);
+  static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12, kWgrad);
   static_assert(!kSplitK || (kConsumers == 1 && kSub == 1 && kCluster == 1 && kBlockN <= kBlockK),
                 "K split over warpgroups: 64-row two-set tiles");
   static_assert(kStages >= 3, "at least three pipeline stages");
@@ -85,8 +91,8 @@ struct KernelTraits {
   static constexpr bool kUniformScaleB = kBlockK % kBlockN == 0;  // no tile straddles two scale blocks
   // The one-set loop reads its B scales from shared-memory segments that a producer warp fills ahead;
   // the two-set loop loads them itself, in batches of 32 K blocks.
-  static constexpr bool kSegmentScalesB = !kOverlap;
-  static constexpr bool kTmaStore = kBlockN % 32 == 0;  // bf16 epilogue through shared memory and TMA stores
+  static constexpr bool kSegmentScalesB = !kOverlap && !kWgrad;
+  static constexpr bool kTmaStore = kBlockN % 32 == 0 && !kWgrad;  // bf16 epilogue through shared memory and TMA stores
   // Boxes of 64 columns (128-byte rows, 128-byte swizzle) spanning a warpgroup's rows: 2 TMA stores
   // per warpgroup of a 256 x 128 tile instead of 8 (32-wide tiles keep 64 x 32 boxes).
   static constexpr bool kWideStore = kBlockN % 64 == 0;
@@ -117,11 +123,12 @@ struct KernelTraits {
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kSBytes = kBlockM * 4;
+  static constexpr int kSBBytes = kWgrad ? kBlockN * 4 : 0;  // the B scales of a stage (weight-gradient kernels)
   // [A x stages][B x stages][A scales x stages][epilogue][full bars][empty bars][B-scale segment bars,
   // segments][warpgroup sums]; tiles 1024-byte aligned (SW128). bf16 output leaves through shared memory
   // and TMA stores (the swizzle keeps the stmatrix writes from the accumulator layout conflict-free).
   static constexpr int kEpiBytes = kTmaStore ? kBlockM * kBlockN * 2 : 0;
-  static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes) + 1023) / 1024 * 1024;  // SW128 base
+  static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes + kSBBytes) + 1023) / 1024 * 1024;  // SW128
   static constexpr int kBarOffset = kEpiOffset + kEpiBytes;
   static constexpr int kSegOffset = kBarOffset + 2 * kStages * 8;
   static constexpr int kRedOffset = kSegOffset + kSegBytes;
@@ -139,6 +146,7 @@ struct SharedStorage {
   uint8_t* tiles_a;    // [stage][BLOCK_M][128] FP8
   uint8_t* tiles_b;    // [stage][BLOCK_N][128] FP8
   float* scales;       // [stage][BLOCK_M] A scales
+  float* b_scales;     // [stage][BLOCK_N] B scales per column (weight-gradient kernels)
   uint8_t* epilogue;   // bf16 tile buffer for the TMA stores
   uint64_t* full;      // per stage: loaded (the TMA thread's arrival with the byte count)
   uint64_t* empty;     // per stage: released by the consumers
@@ -151,6 +159,7 @@ struct SharedStorage {
       : tiles_a(smem),
         tiles_b(smem + C::kStages * C::kABytes),
         scales(reinterpret_cast<float*>(smem + C::kStages * (C::kABytes + C::kBBytes))),
+        b_scales(scales + C::kStages * C::kBlockM),
         epilogue(smem + C::kEpiOffset),
         full(reinterpret_cast<uint64_t*>(smem + C::kBarOffset)),
         empty(full + C::kStages),

@@ -160,7 +160,7 @@ void launch_tile(const fp8gemm::LaunchArgs& a, Params p, const Plan& plan, cudaS
                                        a.out_kind == fp8gemm::kOutFP32 ? 2 * a.ldo : a.ldo,
                                        C::kWideStore ? 64 : 32, C::kWideStore ? 64 * kSub : 64,
                                        C::kWideStore ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
-  kDevices.check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, p), "GEMM kernel launch");
+  kDevices.check(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_s, map_out, map_s, p), "GEMM kernel launch");
 }
 
 // The launch of tile kTiles[kIndex] where this translation unit compiles it (its Unit), else null.

@@ -8,16 +8,32 @@
 
 namespace fp8gemm_sm90a {
 
-// One K block of stage s, its B scales given.
+// One K block of stage s, its B scales given. Weight-gradient kernels read them per column from the stage: one slice,
+// into registers while the wgmma runs; two slices (no registers to spare for them next to two running totals), inside
+// the promotions, the stage released after the last one.
 template <class C, int kCluster, class Former>
 __device__ __forceinline__ void one_set_block(Consumer<C, kCluster>& c, Former former, float (&acc)[C::kAcc],
                                               float (&total)[C::kSub][C::kAcc], int s, float sb0, float sb1) {
+  constexpr bool kLateRelease = C::kWgrad && C::kSub > 1;
+  [[maybe_unused]] float2 sb_cols[C::kWgrad && !kLateRelease ? C::kGroups : 1];
 #pragma unroll
   for (int slice = 0; slice < C::kSub; ++slice) {
     c.issue(acc, s, slice);
     const float sa_lo = c.a_scale_lo(s, slice);
     const float sa_hi = c.a_scale_hi(s, slice);
+    if constexpr (C::kWgrad && !kLateRelease) {
+#pragma unroll
+      for (int g = 0; g < C::kGroups; ++g) sb_cols[g] = c.b_scale_pair(s, g);
+    }
     wgmma_wait<0>();
+    if constexpr (kLateRelease) {
+      promote_columns<C>(total[slice], acc, sa_lo, sa_hi, [&](int g) { return c.b_scale_pair(s, g); });
+      if (slice == C::kSub - 1) {
+        __syncwarp();  // every lane's reads of the stage done
+        if (c.lane == 0) c.release(s);
+      }
+      continue;
+    }
     if (slice == C::kSub - 1) {
       if constexpr (C::kLane0Release) {
         __syncwarp();
@@ -26,7 +42,29 @@ __device__ __forceinline__ void one_set_block(Consumer<C, kCluster>& c, Former f
         c.release(s);  // every thread: see the empty barrier's count
       }
     }
-    promote<C>(former, total[slice], acc, sa_lo, sa_hi, sb0, sb1);
+    if constexpr (C::kWgrad) promote_columns<C>(total[slice], acc, sa_lo, sa_hi, [&](int g) { return sb_cols[g]; });
+    else promote<C>(former, total[slice], acc, sa_lo, sa_hi, sb0, sb1);
+  }
+}
+
+// Weight-gradient kernels: the K blocks [k.begin, k.end) of one tile, each stage holding its B scales.
+template <class C, int kCluster, class Former>
+__device__ __forceinline__ void mainloop_one_set_columns(Consumer<C, kCluster>& c, Former former, KRange k,
+                                                         float (&total)[C::kSub][C::kAcc]) {
+  float acc[C::kAcc];
+  auto step = [&] {
+    const int s = c.ring.stage;
+    mbar_wait(&c.smem.full[s], c.ring.phase);
+    one_set_block(c, former, acc, total, s, 0.0f, 0.0f);
+    c.ring.advance();
+  };
+  const int count = k.end - k.begin;
+  if (C::kAlwaysUnrolled || count >= kUnrolledMinKb) {
+#pragma unroll 8
+    for (int i = 0; i < count; ++i) step();
+  } else {
+#pragma unroll 1
+    for (int i = 0; i < count; ++i) step();
   }
 }
 

@@ -32,7 +32,8 @@ std::string compiled_tiles() {
 pybind11::dict build_info() {
   pybind11::dict info = fp8gemm::build_info(
       "wgmma m64nNk32 e4m3 (N 16..192, multiples of 16), TMA + mbarrier pipeline, warp-specialised, persistent, "
-      "tile chosen by a wave model, split-K for small M; grouped (contiguous, masked) in one persistent launch");
+      "tile chosen by a wave model, split-K for small M; grouped (contiguous, masked) in one persistent launch; "
+      "weight gradient (1x128 B scales per column, fp32 out added into) on the one-set kernels");
   info["tiles"] = compiled_tiles();
   return info;
 }
@@ -41,6 +42,9 @@ pybind11::dict build_info() {
 
 PYBIND11_MODULE(_C, m) {
   fp8gemm::define_arch_module(m, &build_info);
+  // The optional weight-gradient entry (fp8gemm/wgrad_entry.hpp; wgrad_launch.cuh).
+  fp8gemm::define_wgrad_entry(m, &fp8gemm_sm90a::wgrad_launch, &fp8gemm_sm90a::wgrad_workspace_bytes,
+                              fp8gemm_sm90a::kWgradBScaleLdMultiple);
   // Not part of the protocol: the tests run every compiled grouped kernel, not only those the plan picks.
   m.def("grouped_tiles", [] {
     pybind11::list tiles;

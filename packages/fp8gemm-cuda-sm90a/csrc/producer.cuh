@@ -35,8 +35,8 @@ __device__ __forceinline__ void write_scale_segments(const SharedStorage<C>& sme
 // The TMA thread: one tile's K blocks into the stage ring.
 template <class C, int kCluster>
 __device__ __forceinline__ void load_tile(const SharedStorage<C>& smem, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                                          const CUtensorMap* map_scale, const Params& p, const Tile& tile, KRange k,
-                                          int rank, Ring<C::kStages>& ring) {
+                                          const CUtensorMap* map_scale, const CUtensorMap* map_b_scale, const Params& p,
+                                          const Tile& tile, KRange k, int rank, Ring<C::kStages>& ring) {
   constexpr int kBlockN = C::kBlockN;
   if constexpr (C::kOverlap) {
     // The two-set loop's consumers load a tile's first B-scale batch at the tile's start, a DRAM miss
@@ -70,6 +70,8 @@ __device__ __forceinline__ void load_tile(const SharedStorage<C>& smem, const CU
       tma_load_2d(smem.tiles_a + s * C::kABytes, map_a, &smem.full[s], kb * kBlockK, tile.row0);
     }
     tma_load_2d(smem.scales + s * C::kBlockM, map_scale, &smem.full[s], tile.row0, kb);
+    if constexpr (C::kWgrad)  // the tile's columns' B scales of this K block (MN-major: one row per K block)
+      tma_load_2d(smem.b_scales + s * kBlockN, map_b_scale, &smem.full[s], tile.n_block * kBlockN, kb);
     if constexpr (kCluster > 1 && !C::kAlongN) {  // this CTA's half of B, into both CTAs
       constexpr int kRows = kBlockN / kCluster;
       tma_load_2d_multicast(smem.tiles_b + s * C::kBBytes + rank * kRows * kBlockK, map_b, &smem.full[s], kb * kBlockK,
@@ -113,8 +115,8 @@ __device__ __forceinline__ void store_tiles(const SharedStorage<C>& smem, const 
 template <class C, int kCluster>
 __device__ __forceinline__ void run_producer(const SharedStorage<C>& smem, const CUtensorMap* map_a,
                                              const CUtensorMap* map_b, const CUtensorMap* map_scale,
-                                             const CUtensorMap* map_out, const Params& p, TileWalk walk, int rank,
-                                             int kb_total) {
+                                             const CUtensorMap* map_out, const CUtensorMap* map_b_scale, const Params& p,
+                                             TileWalk walk, int rank, int kb_total) {
   regs_decrease<C::kProducerRegs>();
   const int producer_warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const bool tma_thread = producer_warp == 0 && (C::kElectedProducer ? elect_one() : lane == 0);
@@ -130,7 +132,7 @@ __device__ __forceinline__ void run_producer(const SharedStorage<C>& smem, const
         write_scale_segments(smem, p, tile, k, lane, seg);
         continue;
       }
-      load_tile<C, kCluster>(smem, map_a, map_b, map_scale, p, tile, k, rank, ring);
+      load_tile<C, kCluster>(smem, map_a, map_b, map_scale, map_b_scale, p, tile, k, rank, ring);
     }
   }
   if constexpr (C::kStoreWarp)

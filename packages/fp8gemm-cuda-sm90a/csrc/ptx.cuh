@@ -160,6 +160,11 @@ __device__ __forceinline__ float lds_f32(uint32_t smem_addr) {  // a plain C++ r
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr) : "memory");
   return v;
 }
+__device__ __forceinline__ float2 lds_f32x2(uint32_t smem_addr) {  // 8-byte aligned
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr) : "memory");
+  return v;
+}
 __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)

@@ -23,8 +23,9 @@ enum class Unit : int {
 };
 
 // What a kernel multiplies (DeepGEMM's GemmType): one GEMM, or one per group of rows (mixture of experts) whose
-// tiles never cross a group (scheduler.cuh GroupedTiles).
-enum class GemmType : int { kDense = 0, kGrouped = 1 };
+// tiles never cross a group (scheduler.cuh GroupedTiles), or the weight-gradient GEMM (wgrad_launch.cuh): B scales
+// per column of the tile (1 x 128 along K, "1D1D") instead of per 128 x 128 block, fp32 out, optionally added into.
+enum class GemmType : int { kDense = 0, kGrouped = 1, kWgrad = 2 };
 
 struct TileConfig {
   int rows;     // BLOCK_M: 64, 128, 192 or 256 (two warpgroups of two 64-row slices)
@@ -71,6 +72,14 @@ constexpr TileConfig kGroupedTiles[] = {
     {256, 128, 2, MainLoop::kOneSet},  // pairs of N blocks multicast the rows of A they share
 };
 constexpr int kGroupedTileCount = sizeof(kGroupedTiles) / sizeof(kGroupedTiles[0]);
+
+// The weight-gradient kernels (wgrad_launch.cuh, GemmType::kWgrad): hidden sizes by hidden sizes over thousands of
+// tokens, so only the wide one-set tiles; the 256-row pair multicasts A along N, as the dense one.
+constexpr TileConfig kWgradTiles[] = {
+    {128, 128, 1, MainLoop::kOneSet},
+    {256, 128, 2, MainLoop::kOneSet},
+};
+constexpr int kWgradTileCount = sizeof(kWgradTiles) / sizeof(kWgradTiles[0]);
 
 // The index of `tile` in kTiles, or -1 where it is not compiled.
 constexpr int tile_index(const TileConfig& tile) {

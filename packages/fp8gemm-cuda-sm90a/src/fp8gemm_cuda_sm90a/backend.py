@@ -10,8 +10,17 @@ def load() -> Backend:
     from . import _C  # an ImportError here is reported by `fp8gemm info`, not swallowed
 
     # A's scales: MN-major, leading dimension a multiple of the module's a_scale_ld_multiple() (csrc/module.cpp).
-    # Grouped GEMMs: contiguous and masked layouts, one persistent launch each (csrc/grouped.cu).
+    # Grouped GEMMs: contiguous and masked layouts, one persistent launch each (csrc/grouped.cu). The weight-gradient
+    # entry's per-row B scales: MN-major like A's (csrc/wgrad_launch.cuh), multiple from wgrad_b_scale_ld_multiple().
     return backend_from_module(_C, name="sm90a", package="fp8gemm-cuda-sm90a", version=__version__,
                                fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple()),
                                b_scale_layout=ScaleLayout(K_MAJOR, 1), priority=10,
-                               grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED))  # fmt: skip
+                               grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED),
+                               wgrad_b_scale_layout=_wgrad_b_scale_layout(_C))  # fmt: skip
+
+
+def _wgrad_b_scale_layout(module) -> ScaleLayout | None:
+    """MN-major per-row B scales, for a build with the weight-gradient entry (None for one built before it)."""
+    if not hasattr(module, "wgrad_b_scale_ld_multiple"):
+        return None
+    return ScaleLayout(MN_MAJOR, module.wgrad_b_scale_ld_multiple())

@@ -1,0 +1,90 @@
+// Host side of the weight-gradient GEMM (fp8gemm/wgrad_entry.hpp, fp8gemm/backend.hpp WgradArgs): the plan
+// (heuristics.hpp wgrad_plan_for), the tensor maps and the launch of a GemmType::kWgrad gemm_kernel on the caller's
+// stream. It is the dense kernel with two differences: each stage also holds the B scales of the tile's columns for its
+// K block (TMA from the MN-major [K/128, N] per-row scales, as A's), which each thread applies to its own accumulator
+// columns (consumer.cuh promote_columns); and the epilogue stores fp32 directly, added into out when args.accumulate.
+//
+// K is the token count, a multiple of 128 (the core guarantees it; fp8gemm.training.quantize_with_transpose
+// zero-pads x^T and dY^T to a whole 128-token block, and zero codes add nothing to any dot product).
+//
+// Compiled in tiles.cu, with Unit::kDefault's ptxas options (the package's CMake source list is not changed by it).
+#pragma once
+
+#include <algorithm>
+
+#include "launch_tiles.cuh"
+
+namespace fp8gemm_sm90a {
+namespace {
+
+template <int kIndex>
+void launch_wgrad_tile(const fp8gemm::WgradArgs& a, Params p, const WgradPlan& plan, cudaStream_t stream, int dev) {
+  constexpr TileConfig kTile = kWgradTiles[kIndex];
+  constexpr int kBlockN = kTile.cols, kCluster = kTile.cluster;
+  using C = KernelTraits<kTile.rows, kTile.cols, kCluster, kTile.loop, GemmType::kWgrad>;
+  constexpr auto kernel = gemm_kernel<kTile.rows, kTile.cols, kCluster, kTile.loop, GemmType::kWgrad>;
+  kDevices.allow_shared_memory<kernel>(dev, C::kSmemBytes);
+  const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8, f32 = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  // As the dense launch: a tile taller than M loads just its rows (and their scales, a 16-byte box); the 256-row
+  // pairs load half of the tile's rows each and multicast them.
+  constexpr int kRowsA = C::kAlongN ? C::kBlockM / kCluster : C::kBlockM;
+  const bool short_a = !C::kAlongN && a.m < C::kBlockM;
+  const int rows_a = short_a ? static_cast<int>(a.m) : kRowsA;
+  const int scales_a = short_a ? round_up_to_4_rows(rows_a) : C::kBlockM;
+  const int64_t kb = a.k / kBlockK;
+  const CUtensorMap map_a = make_map(reinterpret_cast<void*>(a.a), u8, 1, a.k, a.m, a.lda, kBlockK, rows_a,
+                                     CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap map_b = make_map(reinterpret_cast<void*>(a.b), u8, 1, a.k, a.n, a.ldb, kBlockK, kBlockN,
+                                     CU_TENSOR_MAP_SWIZZLE_128B);
+  // Both scales MN-major: row kb holds the scales of every M row (A) or N row (B) for that K block. A tile's B box
+  // reaching past N (N % 128 != 0, a cluster's padding tile) reads zeros there, for columns that are never stored.
+  const CUtensorMap map_s = make_map(reinterpret_cast<void*>(a.a_scale), f32, 4, a.m, kb, a.a_scale_ld, scales_a, 1,
+                                     CU_TENSOR_MAP_SWIZZLE_NONE);
+  const CUtensorMap map_sb = make_map(reinterpret_cast<void*>(a.b_scale), f32, 4, a.n, kb, a.b_scale_ld, kBlockN, 1,
+                                      CU_TENSOR_MAP_SWIZZLE_NONE);
+  p.tx_bytes = (short_a ? rows_a * kBlockK : C::kABytes) + C::kBBytes + scales_a * 4 + C::kSBBytes;
+  p.order = make_tile_order(m_groups_of<kCluster, C::kAlongN>(p), n_groups_of<kCluster, C::kAlongN>(p), plan.group_m);
+  LaunchConfig launch(plan.grid, C::kThreads, C::kSmemBytes, stream);
+  if constexpr (kCluster > 1) {  // persistent: no more clusters than can be resident at once
+    launch.attrs[0].val.clusterDim.x = kCluster;
+    const int resident = resident_pairs<kernel>(launch.config, dev);
+    if (!resident) kDevices.fail("no 2-CTA cluster fits on this GPU");
+    launch.config.gridDim = dim3(std::min(plan.grid / 2, resident) * 2);  // the plan's grid is even
+  }
+  // The output map slot holds the B scales' map again: these kernels store fp32 directly and never read it.
+  kDevices.check(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_s, map_sb, map_sb, p),
+                 "weight-gradient GEMM kernel launch");
+}
+
+template <int... kIndex>
+void launch_wgrad_index(int index, const fp8gemm::WgradArgs& a, const Params& p, const WgradPlan& plan,
+                        cudaStream_t stream, int dev, std::integer_sequence<int, kIndex...>) {
+  using Launch = void (*)(const fp8gemm::WgradArgs&, Params, const WgradPlan&, cudaStream_t, int);
+  static constexpr Launch kLaunches[] = {&launch_wgrad_tile<kIndex>...};
+  if (index < 0 || index >= kWgradTileCount) kDevices.fail("the weight-gradient plan names a tile that is not compiled");
+  kLaunches[index](a, p, plan, stream, dev);
+}
+
+}  // namespace
+
+int64_t wgrad_workspace_bytes(int64_t, int64_t, int64_t) { return 0; }  // never split along K
+
+void wgrad_launch(const fp8gemm::WgradArgs& args) {
+  if (args.m < 1 || args.n < 16 || args.n % 16 || args.k < kBlockK || args.k % kBlockK || args.m >= (int64_t(1) << 31) ||
+      args.n >= (int64_t(1) << 31) || args.k >= (int64_t(1) << 31))
+    kDevices.fail("wgrad_launch: m >= 1, n a positive multiple of 16 and k of 128, each below 2^31, are required");
+  const int dev = kDevices.current();
+  const WgradPlan plan = wgrad_plan_for(args.m, args.n, args.k, kDevices.sm_count(dev));
+  Params p{};
+  p.out = reinterpret_cast<void*>(args.out);
+  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
+  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
+  p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
+  p.out_fp32 = 1, p.accumulate = args.accumulate != 0;
+  p.kb_per_split = p.k / kBlockK, p.splits = 1, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
+  launch_wgrad_index(wgrad_tile_index(plan.tile), args, p, plan, reinterpret_cast<cudaStream_t>(args.stream), dev,
+                     std::make_integer_sequence<int, kWgradTileCount>());
+  kDevices.check(cudaGetLastError(), "weight-gradient GEMM kernel launch");
+}
+
+}  // namespace fp8gemm_sm90a
