@@ -50,12 +50,14 @@ def _disassembly(gfx942_dir, unit: str = "kernels") -> str:
 
 @pytest.mark.parametrize("unit", ["kernels", "grouped"])
 def test_isa_has_fp8_mfma_and_no_scratch(gfx942_dir, unit):
-    """The dense GEMM and the grouped one: the same tile code (csrc/tile.hpp), each in both tile configs."""
+    """The dense GEMM, the weight-gradient one (kernels.hip) and the grouped one: the same tile code (csrc/tile.hpp),
+    each in both tile configs."""
     asm = _disassembly(gfx942_dir, unit)
     ops = re.findall(r"^\s+(v_mfma\w+|global_load_dwordx4|ds_write_b128|scratch_\w+|buffer_store\w*)\b", asm, re.M)
     mfma = [op for op in ops if op.startswith("v_mfma")]
     assert set(mfma) == {"v_mfma_f32_32x32x16_fp8_fp8"}, set(mfma)
-    assert len(mfma) == 4 * 4 + 4 * 1  # 4 K-steps x (2x2 tiles for 128 rows, 1 tile for 32 rows)
+    kernels = {"kernels": 2, "grouped": 1}[unit]  # kernels.hip: gemm_kernel and wgrad_kernel
+    assert len(mfma) == kernels * (4 * 4 + 4 * 1)  # 4 K-steps x (2x2 tiles for 128 rows, 1 tile for 32 rows)
     assert "global_load_dwordx4" in ops and "ds_write_b128" in ops  # 16-byte loads, 16-byte LDS stores
     assert not [op for op in ops if op.startswith(("scratch_", "buffer_store"))]
 
@@ -83,9 +85,10 @@ def test_resource_usage_no_spills_lds_fits(gfx942_dir):
     units = ("kernels", "grouped", "quantize", "moe")
     report = "".join((isa / f"{unit}-resource-usage.txt").read_text() for unit in units)
     kernels = re.split(r"remark: Function Name: ", report)[1:]
-    # two tile configs + split-K reduction; grouped in two tile configs; quantization from bf16, fp16, fp32; the
-    # mixture-of-experts steps (count, route, scatter, activation, combine)
-    assert len(kernels) == 3 + 2 + 3 + 5
+    # two tile configs + split-K reduction + the weight-gradient kernel in two tile configs; grouped in two tile
+    # configs; quantization from bf16, fp16, fp32; the mixture-of-experts steps (count, route, scatter, activation,
+    # combine)
+    assert len(kernels) == 5 + 2 + 3 + 5
     for text in kernels:
         name = text.split()[0]
         field = functools.partial(_report_field, text)

@@ -42,6 +42,19 @@ inline Geometry geometry(int64_t m, int64_t n, int64_t k, int cu_count) {
   return g;
 }
 
+// The weight-gradient GEMM: the tiles of geometry(), never split along K (an accumulating GEMM would need its partial
+// sums reduced into out; its hidden-size by hidden-size shapes fill the CUs without it).
+inline Geometry wgrad_geometry(int64_t m, int64_t n, int64_t k) {
+  Geometry g{};
+  g.config = m <= 32 ? TileConfig::M32 : TileConfig::M128;
+  g.block_m = m <= 32 ? 32 : 128;
+  g.grid_x = static_cast<int>(ceil_div(n, kBlockN));
+  g.grid_y = static_cast<int>(ceil_div(m, g.block_m));
+  g.grid_z = 1;
+  g.kb_per_split = static_cast<int>(k / kBlockK);
+  return g;
+}
+
 // Grouped GEMMs (grouped.hip), one launch, no split-K: 32-row tiles when the groups are decode-sized
 // (fp8gemm::grouped_rows_hint), else 128; the grid is N tiles x fp8gemm::grouped_row_tiles.
 struct GroupedGeometry {

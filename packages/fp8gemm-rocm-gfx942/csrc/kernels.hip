@@ -3,7 +3,8 @@
 // out[m, n] = sum_kb a_scale[m, kb] * b_scale[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k]
 //
 // One workgroup per BM x 128 tile of out and split of K: tile.hpp's main loop and masked store (shared with the
-// grouped kernel, grouped.hip). Split-K writes fp32 partials that reduce_splits sums.
+// grouped kernel, grouped.hip). Split-K writes fp32 partials that reduce_splits sums. The weight-gradient kernel
+// (wgrad_kernel: B scales per column, fp32 out added into) is the same tile with per-column promotion.
 //
 // Header-light: compiled either by ROCm's hipcc (FP8GEMM_HIP_HEADERS: the HIP runtime headers) or
 // by a bare clang++ -nogpuinc (CI, Debian's clang-19), which needs only hip_compat.hpp's declarations.
@@ -37,6 +38,30 @@ __global__ __attribute__((amdgpu_flat_work_group_size(kThreads, kThreads))) void
   });
 }
 
+// The weight-gradient GEMM (fp8gemm/wgrad_entry.hpp): B scales per row of b, MN-major (b_scale[kb * sb_ld + column],
+// 1 x 128 along K on both operands), each column promoted with its own (tile.hpp kColumns); every K block in one
+// workgroup (no split), fp32 out, written or with `accumulate` added into.
+template <int WM, int WN, int TM, int TN>
+__global__ __attribute__((amdgpu_flat_work_group_size(kThreads, kThreads))) void wgrad_kernel(const Params p, int accumulate) {
+  using C = Cfg<WM, WN, TM, TN>;
+  __shared__ TileLds<C, true> lds;
+
+  TileArgs t;
+  t.a = p.a, t.b = p.b, t.a_scale = p.a_scale, t.lda = p.lda, t.ldb = p.ldb, t.sa_ld = p.sa_ld;
+  t.b_scale_row = nullptr, t.b_scale_cols = p.b_scale, t.sb_ld = p.sb_ld;
+  t.n0 = __builtin_amdgcn_workgroup_id_x() * kBlockN, t.n = p.n;
+  t.row0 = __builtin_amdgcn_workgroup_id_y() * C::kBlockM, t.row_end = p.m;
+  t.kb_begin = 0, t.kb_count = p.k / kBlockK;
+
+  TileAcc<C> total;
+  tile_mainloop<C, true>(t, lds, total);
+  float* out = static_cast<float*>(p.out);
+  tile_store<C>(total, t.row0, p.m, t.n0, p.n, [&](int row, int col, float x) {
+    float& o = out[int64_t(row) * p.ldo + col];
+    o = accumulate ? o + x : x;
+  });
+}
+
 // Split-K epilogue: out = sum of the fp32 partials over the splits.
 __global__ __attribute__((amdgpu_flat_work_group_size(kThreads, kThreads))) void reduce_splits(const Params p, int splits) {
   const int64_t count = int64_t(p.m) * p.n;
@@ -59,6 +84,13 @@ int enqueue_tiles(const Params& p, const Geometry& g, void* stream) {
 int enqueue_gemm(const Params& p, const Geometry& g, void* stream) {
   // tile.hpp's Cfg128 (2 x 2 wavefronts of 2 x 2 MFMA tiles) and Cfg32 (1 x 4 wavefronts of 1 x 1).
   return g.config == TileConfig::M128 ? enqueue_tiles<2, 2, 2, 2>(p, g, stream) : enqueue_tiles<1, 4, 1, 1>(p, g, stream);
+}
+
+int enqueue_wgrad(const Params& p, const Geometry& g, int accumulate, void* stream) {
+  void* args[] = {const_cast<Params*>(&p), &accumulate};
+  const void* kernel = g.config == TileConfig::M128 ? reinterpret_cast<const void*>(&wgrad_kernel<2, 2, 2, 2>)
+                                                    : reinterpret_cast<const void*>(&wgrad_kernel<1, 4, 1, 1>);
+  return hipLaunchKernel(kernel, dim3(g.grid_x, g.grid_y, 1), dim3(kThreads), args, 0, static_cast<hipStream_t>(stream));
 }
 
 int enqueue_reduce(const Params& p, int splits, int blocks, void* stream) {

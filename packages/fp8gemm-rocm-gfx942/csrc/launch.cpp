@@ -52,6 +52,26 @@ void launch(const fp8gemm::LaunchArgs& args) {
   }
 }
 
+int64_t wgrad_workspace_bytes(int64_t, int64_t, int64_t) { return 0; }  // never split along K
+
+void wgrad_launch(const fp8gemm::WgradArgs& args) {
+  if (args.m < 1 || args.n < 16 || args.n % 16 || args.k < kBlockK || args.k % kBlockK || args.m > INT_MAX ||
+      args.n > INT_MAX || args.k > INT_MAX)
+    throw std::invalid_argument(std::string(kPackage) + ": wgrad_launch: m >= 1, n a positive multiple of 16 and k of "
+                                "128, each below 2^31, are required");
+  const Geometry g = wgrad_geometry(args.m, args.n, args.k);
+  Params p{};
+  p.a = reinterpret_cast<const uint8_t*>(args.a);
+  p.b = reinterpret_cast<const uint8_t*>(args.b);
+  p.a_scale = reinterpret_cast<const float*>(args.a_scale);
+  p.b_scale = reinterpret_cast<const float*>(args.b_scale);  // per row of b, MN-major
+  p.out = reinterpret_cast<void*>(args.out);
+  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
+  p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
+  p.out_fp32 = 1, p.kb_per_split = g.kb_per_split;
+  check(enqueue_wgrad(p, g, args.accumulate != 0, reinterpret_cast<void*>(args.stream)), "weight-gradient kernel launch");
+}
+
 void grouped_launch(const fp8gemm::GroupedArgs& args) {
   if (!fp8gemm::grouped_launch_has_work(args, kPackage)) return;
   const GroupedGeometry g = grouped_geometry(args.layout == fp8gemm::kGroupedMasked, args.m, args.n, args.groups,

@@ -5,6 +5,7 @@
 
 #define FP8GEMM_ARCH_NAMESPACE fp8gemm_gfx942
 #include "fp8gemm/arch_entry.hpp"
+#include "fp8gemm/wgrad_entry.hpp"
 #include "fp8gemm/gemm_params.hpp"
 #include "fp8gemm/grouped_params.hpp"
 #include "fp8gemm/moe_steps.cuh"
@@ -16,6 +17,8 @@ namespace fp8gemm_gfx942 {
 // A scales: MN-major (a tile's row scales contiguous per K block), columns padded to 16 bytes; the module states it
 // (a_scale_ld_multiple()) and backend.py reads it from there.
 constexpr int kAScaleLdMultiple = 4;
+// The weight-gradient entry's per-row B scales: MN-major too (a tile's column scales contiguous per K block).
+constexpr int kWgradBScaleLdMultiple = 4;
 
 using Params = fp8gemm::GemmParams;  // A and B FP8 e4m3fnuz
 
@@ -26,6 +29,8 @@ int cu_count();
 // Defined in kernels.hip: enqueue the GEMM tiles / the split-K reduction; return a hipError_t.
 int enqueue_gemm(const Params& p, const Geometry& g, void* stream);
 int enqueue_reduce(const Params& p, int splits, int blocks, void* stream);
+// The weight-gradient GEMM (p.b_scale per row of b, MN-major; fp32 out, added into with `accumulate`).
+int enqueue_wgrad(const Params& p, const Geometry& g, int accumulate, void* stream);
 // Defined in grouped.hip: enqueue one grouped GEMM; return a hipError_t.
 int enqueue_grouped(const GroupedParams& p, const GroupedGeometry& g, void* stream);
 // Defined in quantize.hip: enqueue one activation quantization (in_kind: fp8gemm::InKind).

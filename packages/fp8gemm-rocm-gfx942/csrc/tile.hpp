@@ -5,7 +5,8 @@
 // 32 x 32. K advances in 64-byte chunks through two LDS buffers: chunk c + 1 is fetched from global
 // memory into registers while chunk c is multiplied, then written to the other buffer, so one
 // barrier per chunk suffices. After every second chunk (one 128-wide scale block) the MFMA partial
-// is promoted into the fp32 total with both scales. Rows past the tile's row end and columns past N
+// is promoted into the fp32 total with both scales: one B scale per tile (its 128x128 block), or with kColumns (the
+// weight-gradient kernel, kernels.hip) one per column (1 x 128 along K, "1D1D"), staged in LDS like A's row scales. Rows past the tile's row end and columns past N
 // are zero-filled on load and masked on store.
 #pragma once
 #include "heuristics.hpp"
@@ -36,12 +37,17 @@ struct Cfg {
 using Cfg128 = Cfg<2, 2, 2, 2>;
 using Cfg32 = Cfg<1, 4, 1, 1>;
 
-// LDS of one workgroup: two chunk buffers of A and B, two K blocks of A row scales.
-template <class C>
+// LDS of one workgroup: two chunk buffers of A and B, two K blocks of A row scales (and with kColumns of B column
+// scales).
+template <class C, bool kColumns = false>
 struct TileLds {
   __attribute__((aligned(16))) uint8_t a[2][C::kBlockM * kLdsRow];
   __attribute__((aligned(16))) uint8_t b[2][kBlockN * kLdsRow];
   __attribute__((aligned(16))) float scale[2][C::kBlockM];
+};
+template <class C>
+struct TileLds<C, true> : TileLds<C, false> {
+  __attribute__((aligned(16))) float col_scale[2][kBlockN];
 };
 
 // The fp32 result of one wavefront: its TM x TN MFMA tiles.
@@ -57,7 +63,8 @@ struct TileArgs {
   const uint8_t* b;          // [n, k] FP8, row stride ldb
   const float* a_scale;      // MN-major: a_scale[kb * sa_ld + row]
   const float* b_scale_row;  // this tile's 128 columns: b_scale_row[kb]
-  int64_t lda, ldb, sa_ld;
+  const float* b_scale_cols;  // kColumns: per column, MN-major: b_scale_cols[kb * sb_ld + column]
+  int64_t lda, ldb, sa_ld, sb_ld;
   int row0, row_end, n0, n, kb_begin, kb_count;
 };
 
@@ -81,15 +88,15 @@ __device__ inline u32x4 load16(const uint8_t* base, int64_t row, int64_t ld, int
 
 // The tile's GEMM over its K blocks into acc (the promoted fp32 total). Every work-item of the workgroup calls it:
 // it holds block_sync()s.
-template <class C>
-__device__ inline void tile_mainloop(const TileArgs& t, TileLds<C>& lds, TileAcc<C>& total) {
+template <class C, bool kColumns = false>
+__device__ inline void tile_mainloop(const TileArgs& t, TileLds<C, kColumns>& lds, TileAcc<C>& total) {
   constexpr int TM = C::TM, TN = C::TN;
   const int tid = thread_id(), lane = tid % kWaveSize, wave = tid / kWaveSize;
   const int wm = wave / C::WN, wn = wave % C::WN;
   const int chunks = 2 * t.kb_count;
 
   u32x4 ra[C::kAPerThread], rb[C::kBPerThread];
-  float rs[4];
+  float rs[4], rc[4];  // A row scales; B column scales (kColumns)
   auto fetch = [&](int c) {  // global -> registers for chunk c (and the A scales at a block start)
     const int64_t k_off = int64_t(t.kb_begin) * kBlockK + int64_t(c) * kChunkK;
 #pragma unroll
@@ -108,6 +115,12 @@ __device__ inline void tile_mainloop(const TileArgs& t, TileLds<C>& lds, TileAcc
 #pragma unroll
       for (int j = 0; j < 4; ++j) rs[j] = r + j < t.row_end ? col[r + j] : 0.0f;
     }
+    if (kColumns && c % 2 == 0 && tid < kBlockN / 4) {
+      const float* row = t.b_scale_cols + int64_t(t.kb_begin + c / 2) * t.sb_ld;
+      const int n = t.n0 + 4 * tid;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) rc[j] = n + j < t.n ? row[n + j] : 0.0f;
+    }
   };
   auto stash = [&](int c) {  // registers -> LDS buffer c % 2
 #pragma unroll
@@ -123,6 +136,12 @@ __device__ inline void tile_mainloop(const TileArgs& t, TileLds<C>& lds, TileAcc
     if (c % 2 == 0 && tid < C::kBlockM / 4) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) lds.scale[(c / 2) % 2][4 * tid + j] = rs[j];
+    }
+    if constexpr (kColumns) {
+      if (c % 2 == 0 && tid < kBlockN / 4) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) lds.col_scale[(c / 2) % 2][4 * tid + j] = rc[j];
+      }
     }
   };
 
@@ -159,16 +178,22 @@ __device__ inline void tile_mainloop(const TileArgs& t, TileLds<C>& lds, TileAcc
         for (int j = 0; j < TN; ++j) acc[i][j] = __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8(af[i], bf[j], acc[i][j], 0, 0, 0);
     }
     if (c % 2 == 1) {  // end of a 128-wide scale block: promote
-      const float bscale = t.b_scale_row[t.kb_begin + c / 2];
       const float* ascale = lds.scale[(c / 2) % 2];
+      float bscale[kColumns ? TN : 1];  // this lane's column of each MFMA tile, or the tile's one scale
+      if constexpr (kColumns) {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) bscale[j] = lds.col_scale[(c / 2) % 2][(wn * TN + j) * 32 + lane % 32];
+      } else {
+        bscale[0] = t.b_scale_row[t.kb_begin + c / 2];
+      }
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
 #pragma unroll
         for (int r = 0; r < 16; ++r) {
           // Output layout of MFMA 32x32: register r of lane l is row 8*(r/4) + 4*(l/32) + r%4, column l%32.
-          const float s = ascale[(wm * TM + i) * 32 + 8 * (r / 4) + 4 * (lane / 32) + r % 4] * bscale;
+          const float sa = ascale[(wm * TM + i) * 32 + 8 * (r / 4) + 4 * (lane / 32) + r % 4];
 #pragma unroll
-          for (int j = 0; j < TN; ++j) total.v[i][j][r] += acc[i][j][r] * s;
+          for (int j = 0; j < TN; ++j) total.v[i][j][r] += acc[i][j][r] * (sa * bscale[kColumns ? j : 0]);
         }
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = floatx16{};

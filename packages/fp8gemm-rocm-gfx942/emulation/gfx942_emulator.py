@@ -94,6 +94,9 @@ class Emulator:
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.argtypes = [ctypes.c_int64] * 3
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.restype = ctypes.c_int64
         self.kernels.fp8gemm_gfx942_emu_quantize.argtypes = [ctypes.c_size_t]
+        self.kernels.fp8gemm_gfx942_emu_wgrad_launch.argtypes = [ctypes.c_size_t]
+        self.kernels.fp8gemm_gfx942_emu_wgrad_workspace_bytes.argtypes = [ctypes.c_int64] * 3
+        self.kernels.fp8gemm_gfx942_emu_wgrad_workspace_bytes.restype = ctypes.c_int64
         self.kernels.fp8gemm_gfx942_emu_grouped_launch.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_grouped_workspace_bytes.argtypes = [ctypes.c_int] + [ctypes.c_int64] * 4
         self.kernels.fp8gemm_gfx942_emu_grouped_workspace_bytes.restype = ctypes.c_int64
@@ -107,6 +110,7 @@ class Emulator:
         self.quantize_launches = 0
         self.grouped_launches = 0
         self.moe_steps = 0  # step launches (route, activation, combine entries) so far
+        self.wgrad_launches = 0
         self.use_cu_count(304)
 
     def _error(self) -> str:
@@ -126,8 +130,12 @@ class Emulator:
     def a_scale_ld_multiple(self) -> int:
         return self.kernels.fp8gemm_gfx942_emu_a_scale_ld_multiple()
 
+    def wgrad_b_scale_ld_multiple(self) -> int:
+        return self.kernels.fp8gemm_gfx942_emu_wgrad_b_scale_ld_multiple()
+
     def args_sizes(self) -> dict[str, int]:
         return {
+            "wgrad_launch": self.kernels.fp8gemm_gfx942_emu_args_size(6),
             "launch": self.kernels.fp8gemm_gfx942_emu_args_size(0),
             "quantize": self.kernels.fp8gemm_gfx942_emu_args_size(1),
             "grouped_launch": self.kernels.fp8gemm_gfx942_emu_args_size(2),
@@ -141,6 +149,26 @@ class Emulator:
         self.launches += 1
         if self.kernels.fp8gemm_gfx942_emu_launch(args):
             raise EmulationError(self._error())
+
+    def wgrad_launch(self, args: int) -> None:
+        """``fp8gemm.protocol.WgradFn`` on the emulator; returns when the kernel has finished. Without ``accumulate``
+        the output is poisoned first (NaN), so an element the kernel never writes cannot match by luck; with it, out
+        holds what the caller put there, which the kernel must add to."""
+        from fp8gemm.protocol import WGRAD_ARGS
+
+        f = WGRAD_ARGS.unpack(args) if args else {}
+        m, n, ldo = f.get("m", 0), f.get("n", 0), f.get("ldo", 0)
+        if f.get("out") and m > 0 and n > 0 and ldo >= n and not f["accumulate"]:
+            ctypes.memset(f["out"], 0xFF, 4 * ((m - 1) * ldo + n))
+        self.wgrad_launches += 1
+        if self.kernels.fp8gemm_gfx942_emu_wgrad_launch(args):
+            raise EmulationError(self._error())
+
+    def wgrad_workspace_bytes(self, m: int, n: int, k: int) -> int:
+        size = self.kernels.fp8gemm_gfx942_emu_wgrad_workspace_bytes(m, n, k)
+        if size < 0:
+            raise EmulationError(self._error())
+        return size
 
     def quantize(self, args: int) -> None:
         """``fp8gemm.protocol.QuantizeFn`` on the emulator; returns when the kernel has finished. The
@@ -256,7 +284,8 @@ class Emulator:
 # What the package's module defines (fp8gemm/arch_module.hpp) besides build_info, each an Emulator method here.
 MODULE_ENTRIES = ("protocol_version", "args_sizes", "a_scale_ld_multiple", "launch", "workspace_bytes", "quantize",
                   "grouped_launch", "grouped_workspace_bytes", "moe_route", "moe_activation", "moe_combine",
-                  "moe_workspace_bytes")  # fmt: skip
+                  "moe_workspace_bytes", "wgrad_launch", "wgrad_workspace_bytes",
+                  "wgrad_b_scale_ld_multiple")  # fmt: skip
 
 
 def _emulated_extension(emulator: Emulator) -> types.ModuleType:

@@ -1,6 +1,7 @@
 // C entry points of the emulated gfx942 backend: the package's own launch(), workspace_bytes(), quantize(),
-// grouped_launch(), moe_route(), moe_activation(), moe_combine() and moe_workspace_bytes() (csrc/launch.cpp), and the
-// module's a_scale_ld_multiple() and grouped_workspace_bytes(), behind the protocol's argument structs (read and
+// grouped_launch(), moe_route(), moe_activation(), moe_combine(), moe_workspace_bytes(), wgrad_launch() and
+// wgrad_workspace_bytes() (csrc/launch.cpp), and the module's a_scale_ld_multiple(), wgrad_b_scale_ld_multiple() and
+// grouped_workspace_bytes(), behind the protocol's argument structs (read and
 // checked as the package's module reads them), with C++ exceptions turned into an error code and the emulator's last
 // error.
 #include <cstdint>
@@ -38,7 +39,9 @@ extern "C" uint32_t fp8gemm_gfx942_emu_protocol_version() { return fp8gemm::kPro
 
 extern "C" int fp8gemm_gfx942_emu_a_scale_ld_multiple() { return fp8gemm_gfx942::kAScaleLdMultiple; }
 
-// 0 launch, 1 quantize, 2 grouped_launch, 3 moe_route, 4 moe_activation, 5 moe_combine
+extern "C" int fp8gemm_gfx942_emu_wgrad_b_scale_ld_multiple() { return fp8gemm_gfx942::kWgradBScaleLdMultiple; }
+
+// 0 launch, 1 quantize, 2 grouped_launch, 3 moe_route, 4 moe_activation, 5 moe_combine, 6 wgrad_launch
 extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {
   switch (entry) {
     case 0: return sizeof(fp8gemm::Wire<fp8gemm::LaunchArgs>);
@@ -47,6 +50,7 @@ extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {
     case 3: return sizeof(fp8gemm::Wire<fp8gemm::MoeRouteArgs>);
     case 4: return sizeof(fp8gemm::Wire<fp8gemm::MoeActivationArgs>);
     case 5: return sizeof(fp8gemm::Wire<fp8gemm::MoeCombineArgs>);
+    case 6: return sizeof(fp8gemm::Wire<fp8gemm::WgradArgs>);
     default: return -1;
   }
 }
@@ -57,6 +61,14 @@ extern "C" int fp8gemm_gfx942_emu_launch(uintptr_t args) {
 
 extern "C" int64_t fp8gemm_gfx942_emu_workspace_bytes(int64_t m, int64_t n, int64_t k) {
   return guarded([&] { return fp8gemm_gfx942::workspace_bytes(m, n, k); }, int64_t{-1});
+}
+
+extern "C" int fp8gemm_gfx942_emu_wgrad_launch(uintptr_t args) {
+  return wire_entry<fp8gemm::WgradArgs>(args, "wgrad_launch", fp8gemm_gfx942::wgrad_launch);
+}
+
+extern "C" int64_t fp8gemm_gfx942_emu_wgrad_workspace_bytes(int64_t m, int64_t n, int64_t k) {
+  return guarded([&] { return fp8gemm_gfx942::wgrad_workspace_bytes(m, n, k); }, int64_t{-1});
 }
 
 extern "C" int fp8gemm_gfx942_emu_quantize(uintptr_t args) {
