@@ -44,3 +44,15 @@ KERNEL_SHAPES = {
     (200, 12784, 19200): (256, 128, 2, ONE_SET, False),
     (200, 2144, 19200): (256, 128, 2, ONE_SET, True),
 }
+
+# The weight-gradient kernels (tile_config.hpp kWgradTiles, heuristics.hpp wgrad_plan_for) on 132 SMs: (m, n, k):
+# (rows, cols, cluster). M and N tails (a short last M block whose rows overlap the one before, N off the 128 grid, an
+# odd N block count for the 256-row pairs' padding tile), K blocks below the unrolled loop's 24 and above it with a
+# remainder, a tile taller than M.
+WGRAD_KERNEL_SHAPES = {
+    (96, 48, 640): (128, 128, 1),
+    (200, 272, 1152): (128, 128, 1),
+    (200, 272, 3456): (128, 128, 1),
+    (1000, 2160, 1152): (256, 128, 2),
+    (1000, 2160, 3456): (256, 128, 2),
+}

@@ -1,0 +1,77 @@
+"""fp8gemm-cuda-sm90a's weight-gradient plan (csrc/heuristics.hpp wgrad_plan_for) without a GPU, through a host-compiled
+driver as tests/test_sm90a_heuristics.py does for the GEMM's: every plan names a compiled kWgradTiles kernel, never
+splits K (the kernel adds into out), fits its grid on the SMs in whole clusters, keeps 256-row tiles off M <= 128; and
+the GPU tests' shapes (sm90a_kernel_shapes.py WGRAD_KERNEL_SHAPES) reach each compiled kernel."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from isa import sm90a_host_driver
+from sm90a_kernel_shapes import WGRAD_KERNEL_SHAPES
+
+DRIVER = r"""
+#include <cstdio>
+#include "heuristics.hpp"
+int main() {
+  long long m, n, k; int sms;
+  while (std::scanf("%lld %lld %lld %d", &m, &n, &k, &sms) == 4) {
+    const auto p = fp8gemm_sm90a::wgrad_plan_for(m, n, k, sms);
+    const auto& t = p.tile;
+    std::printf("%d %d %d %d %d %d %d %d %d\n", t.rows, t.cols, t.cluster, (int)t.loop, p.m_blocks, p.n_blocks, p.grid,
+                p.group_m, fp8gemm_sm90a::wgrad_tile_index(t));
+  }
+  std::printf("compiled %d\n", fp8gemm_sm90a::kWgradTileCount);
+}
+"""
+FIELDS = "rows cols cluster loop m_blocks n_blocks grid group_m index".split()
+ONE_SET = 1
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    driver = sm90a_host_driver(tmp_path_factory.mktemp("sm90a_wgrad_plan"), DRIVER)
+
+    def run(shapes):
+        lines = driver("".join(f"{m} {n} {k} {sms}\n" for m, n, k, sms in shapes)).splitlines()
+        assert lines[-1] == "compiled 2"
+        return [dict(zip(FIELDS, map(int, line.split()), strict=True)) for line in lines[:-1]]
+
+    return run
+
+
+def check_plan(p, m, n, sms):
+    assert p["index"] >= 0 and p["loop"] == ONE_SET, p
+    assert p["m_blocks"] == math.ceil(m / p["rows"]) and p["n_blocks"] == math.ceil(n / p["cols"])
+    assert 0 < p["grid"] <= sms and p["grid"] % p["cluster"] == 0
+    clusters = p["m_blocks"] * math.ceil(p["n_blocks"] / p["cluster"])  # 256-row pairs: along N
+    assert p["grid"] == min(clusters, sms // p["cluster"]) * p["cluster"]
+    if m <= 128:
+        assert p["rows"] == 128
+    if p["cluster"] > 1:
+        assert p["rows"] == 256 and p["n_blocks"] >= 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 40000), st.integers(1, 3000).map(lambda x: 16 * x), st.integers(1, 200).map(lambda x: 128 * x),
+    st.sampled_from([132, 114, 78, 1]),  # H100/H200 SXM, H100 PCIe, a partitioned GPU, one SM
+)  # fmt: skip
+def test_every_wgrad_plan_is_runnable(plan, m, n, k, sms):
+    check_plan(plan([(m, n, k, sms)])[0], m, n, sms)
+
+
+def test_the_gpu_tests_reach_every_wgrad_kernel(plan):
+    got = plan([(*shape, 132) for shape in WGRAD_KERNEL_SHAPES])
+    assert [(p["rows"], p["cols"], p["cluster"]) for p in got] == list(WGRAD_KERNEL_SHAPES.values())
+    assert {p["index"] for p in got} == {0, 1}
+
+
+def test_training_shapes_take_the_multicast_pairs(plan):
+    """Llama-3-8B's weight gradients (out_features x in_features over 4096 tokens) fill many waves of tiles: the
+    256 x 128 pairs, as the dense GEMM's wave model picks for such shapes."""
+    shapes = [(6144, 4096, 4096), (4096, 4096, 4096), (28672, 4096, 4096), (4096, 14336, 4096)]
+    assert {(p["rows"], p["cluster"]) for p in plan([(*s, 132) for s in shapes])} == {(256, 2)}
