@@ -1,5 +1,6 @@
 """The weight-gradient GEMM form: a per-row b_scale [N, K/128] (1x128 scales along K for both operands), float32
-output, and ``accumulate=True``. It runs the reference on every device; the backends' fast paths never see it."""
+output, and ``accumulate=True``: its numerics and errors (here on the reference), and that the backends' fast paths
+and a backend without the optional wgrad_launch entry never see it (tests/test_wgrad_routing.py: one with the entry)."""
 
 from __future__ import annotations
 
