@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
   // K block; the two-accumulator loop has no register to spare for it).
   const uint32_t scale_addr =
       kSub > 1 ? pinned(smem_u32(smem.scales + row_in_tile)) : smem_u32(smem.scales + row_in_tile);
-  Consumer<C, kCluster> consumer{smem,  a_desc_base, b_desc_base, scale_addr, smem_u32(smem.seg_scales),
-                                 smem_u32(smem.b_scales + 2 * (lane % 4)), lane, k_part};
+  Consumer<C, kCluster> consumer{smem, a_desc_base, b_desc_base, scale_addr, smem_u32(smem.seg_scales),
+                                smem_u32(smem.b_scales + 2 * (lane % 4)), lane, k_part};
   Tiles<C, kCluster> tiles;
   for (int t = walk.first; t < walk.count; t += walk.stride) {
     if (!tiles.more(p, t)) break;
