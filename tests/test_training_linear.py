@@ -133,8 +133,9 @@ def test_activation_checkpointing_gives_the_same_gradients():
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_compiled_forward_and_backward_match_eager(backend):
     """fullgraph: the autograd.Function, the ops' fake implementations and the torch quantizer trace, forward and
-    backward. Inductor keeps the eager bits once it rounds where eager rounds (emulate_precision_casts): else it fuses
-    gelu's bf16 output into the x^T quantizer in fp32, and dW's codes differ."""
+    backward. aot_eager keeps the eager bits. Inductor rounds where eager rounds (emulate_precision_casts: else it
+    fuses gelu's bf16 output into the x^T quantizer in fp32), but its generated code may still round a division or
+    fuse a multiply-add differently (torch 2.11 does): a few FP8 codes one step apart, so within 1% of eager."""
     x, w1, _, _ = _problem(17, (2, 100, 256), 384, torch.bfloat16, torch.float32, bias=False)
     w2 = (torch.randn(256, 384, generator=torch.Generator().manual_seed(18)) / 20).requires_grad_()
     y = _mlp(x, w1, w2)
@@ -147,7 +148,10 @@ def test_compiled_forward_and_backward_match_eager(backend):
         y = torch.compile(_mlp, fullgraph=True, backend=backend)(x, w1, w2)
         y.square().sum().backward()
     for got, want in zip([y.detach(), x.grad, w1.grad, w2.grad], eager, strict=True):
-        assert torch.equal(got, want)
+        if backend == "aot_eager":
+            assert torch.equal(got, want)
+        else:
+            assert relative_error(got.float(), want.float()) < 1e-2
 
 
 @pytest.mark.parametrize("frozen", ["weight", "x"])
