@@ -22,8 +22,13 @@ import torch.nn.functional as F
 from fp8gemm import gemm, prepare_weight_scale, quantize_weight
 from fp8gemm.nn import Fp8TrainingLinear
 from fp8gemm.reference import reference_quantize
-from fp8gemm.training.quantize import padded_rows
 from torch import nn
+
+
+def padded_rows(m: int) -> int:
+    """Tokens rounded up to whole 128-token blocks: the row length of the quantizer's transposed operands."""
+    return -(-m // 128) * 128
+
 
 BF16 = "bf16 nn.Linear"
 OURS = "fp8gemm Fp8TrainingLinear"
