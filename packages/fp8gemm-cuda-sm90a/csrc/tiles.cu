@@ -8,6 +8,3 @@ TileLaunch default_unit_launch(int index) {
 }
 
 }  // namespace fp8gemm_sm90a
-
-// The weight-gradient entry and its kernels (GemmType::kWgrad) are compiled here too, with this unit's options.
-#include "wgrad_launch.cuh"

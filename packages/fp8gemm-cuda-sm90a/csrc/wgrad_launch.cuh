@@ -7,7 +7,7 @@
 // K is the token count, a multiple of 128 (the core guarantees it; fp8gemm.training.quantize_with_transpose
 // zero-pads x^T and dY^T to a whole 128-token block, and zero codes add nothing to any dot product).
 //
-// Compiled in tiles.cu, with Unit::kDefault's ptxas options (the package's CMake source list is not changed by it).
+// Compiled in wgrad.cu.
 #pragma once
 
 #include <algorithm>
