@@ -1,5 +1,5 @@
 """The gfx942 weight-gradient kernel (csrc/kernels.hip wgrad_kernel and its launcher csrc/launch.cpp wgrad_launch,
-unchanged) on the CPU emulator: the protocol's optional wgrad_launch entry (fp8gemm/wgrad_entry.hpp), both operands
+unchanged) on the CPU emulator: the protocol's optional wgrad_launch entry (fp8gemm/training_entries.hpp), both operands
 with 1x128 scales along the contracted K, fp32 out written or added into.
 
 Driven first through WGRAD_ARGS as the core packs them, on seeded random data (seeds printed) with strided operands

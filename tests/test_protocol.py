@@ -20,6 +20,7 @@ from fp8gemm.protocol import (
     MOE_ROUTE_ARGS,
     PROTOCOL_VERSION,
     QUANTIZE_ARGS,
+    QUANTIZE_TRANSPOSED_ARGS,
     WGRAD_ARGS,
     Backend,
     ScaleLayout,
@@ -39,6 +40,7 @@ def test_mirrors_have_the_sizes_the_header_asserts():
         MOE_ACTIVATION_ARGS: "MoeActivationArgs",
         MOE_COMBINE_ARGS: "MoeCombineArgs",
         WGRAD_ARGS: "WgradArgs",
+        QUANTIZE_TRANSPOSED_ARGS: "QuantizeTransposedArgs",
     }
     assert {names[m]: str(m.size) for m in MIRRORS} == asserted
     assert f"kProtocolVersion = {PROTOCOL_VERSION};" in HEADER
@@ -142,9 +144,28 @@ def test_the_wgrad_entry_is_optional_and_declared_apart():
         Backend("x", "cuda", ("sm_90a",), "float8_e4m3fn", "1", lambda address: None, wgrad_launch=entry)
     include = get_include()
     assert "wgrad_launch" not in open(f"{include}/fp8gemm/arch_entry.hpp").read()
-    declared = open(f"{include}/fp8gemm/wgrad_entry.hpp").read()
+    declared = open(f"{include}/fp8gemm/training_entries.hpp").read()
     assert "void wgrad_launch(const fp8gemm::WgradArgs& args);" in declared
     assert "int64_t wgrad_workspace_bytes(int64_t m, int64_t n, int64_t k);" in declared
     module_header = open(f"{include}/fp8gemm/backend_module.hpp").read()
     assert 'sizes["wgrad_launch"] = sizeof(Wire<WgradArgs>);' in module_header
     assert "void define_wgrad_entry(" in module_header
+
+
+def test_the_transposing_quantizer_is_optional_and_declared_apart():
+    """quantize_transposed: absent from a binary built before it (the reference runs), taken when the module has it,
+    its size checked, and declared with the training entries, outside arch_entry.hpp."""
+    assert _load(_module()).quantize_transposed is None
+    entry = lambda address: None  # noqa: E731
+    assert _load(_module(quantize_transposed=entry)).quantize_transposed is entry
+    size = QUANTIZE_TRANSPOSED_ARGS.size
+    with pytest.raises(
+        RuntimeError, match=f"its quantize_transposed arguments are {size + 8} bytes, the core's mirror {size}"
+    ):
+        _load(_module(args_sizes=lambda: {"quantize_transposed": size + 8}))
+    include = get_include()
+    assert "quantize_transposed" not in open(f"{include}/fp8gemm/arch_entry.hpp").read()
+    declared = open(f"{include}/fp8gemm/training_entries.hpp").read()
+    assert "void quantize_transposed(const fp8gemm::QuantizeTransposedArgs& args);" in declared
+    module_header = open(f"{include}/fp8gemm/backend_module.hpp").read()
+    assert 'sizes["quantize_transposed"] = sizeof(Wire<QuantizeTransposedArgs>);' in module_header

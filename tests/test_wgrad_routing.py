@@ -1,4 +1,4 @@
-"""The core's routing of the weight-gradient form to a backend's optional ``wgrad_launch`` (fp8gemm/wgrad_entry.hpp):
+"""The core's routing of the weight-gradient form to a backend's optional ``wgrad_launch`` (fp8gemm/training_entries.hpp):
 a per-row ``b_scale`` and ``accumulate=True`` reach it with the scales conformed to its layouts, in one launch each;
 a backend without it keeps the reference (per row) and the product-then-add (accumulate). The backend here is a fake
 that computes in Python over the raw pointers it is handed, on CPU tensors playing a GPU's memory."""

@@ -10,7 +10,7 @@
 #                  (third_party/dg.tar.xz, built in /tmp/dg) and `kernels` (.whl/, in the installed transformers' range)
 #   tests          a smoke run per backend (a hung kernel costs a minute), then the test suite on the GPU
 #   check          fp8gemm check --random 12 per backend
-#   sanitize       compute-sanitizer memcheck and racecheck per backend: GEMMs, grouped GEMMs, quantizer, MoE steps
+#   sanitize       compute-sanitizer memcheck and racecheck per backend: GEMMs, grouped GEMMs, quantizers, MoE steps
 #   bench-gemm     fp8gemm bench --rounds 3       -> gemm.json, gemm.png, gemm.txt
 #   bench-layer    fp8gemm bench --layer          -> layer.json, layer.png, layer.txt
 #   bench-grouped  fp8gemm bench --grouped        -> grouped.json, grouped.png, grouped.txt
@@ -120,6 +120,8 @@ sanitize() {
         python3 ci/gpu/sanitize.py "$be" --moe
       logged "san_${be}_quantize_$tool.txt" 1 timeout "$limit" compute-sanitizer --tool $tool --error-exitcode 9 \
         python3 -m pytest -q -p no:cacheprovider tests/test_layer_conformance.py -k "$be and (quantize or 512)"
+      logged "san_${be}_transposed_$tool.txt" 1 timeout "$limit" compute-sanitizer --tool $tool --error-exitcode 9 \
+        python3 -m pytest -q -p no:cacheprovider tests/test_gpu_training_quantize.py -k "$be and (float32 or 3d)"
     done
   done
 }

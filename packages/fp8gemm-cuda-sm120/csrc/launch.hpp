@@ -1,8 +1,9 @@
-// This package's entry points, declared in the core (fp8gemm/arch_entry.hpp): launch.cu, quantize.cu, grouped.cu
+// This package's entry points, declared in the core (fp8gemm/arch_entry.hpp, training_entries.hpp): launch.cu, quantize.cu, grouped.cu
 // (contiguous and masked layouts) and moe.cu define them; module.cpp binds them all (fp8gemm/arch_module.hpp).
 #pragma once
 #define FP8GEMM_ARCH_NAMESPACE fp8gemm_sm120
 #include "fp8gemm/arch_entry.hpp"
+#include "fp8gemm/training_entries.hpp"  // quantize_transposed (quantize.cu); no wgrad_launch: the core's reference runs
 
 namespace fp8gemm_sm120 {
 

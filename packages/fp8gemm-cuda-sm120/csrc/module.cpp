@@ -15,4 +15,7 @@ pybind11::dict build_info() {
 
 }  // namespace
 
-PYBIND11_MODULE(_C, m) { fp8gemm::define_arch_module(m, &build_info); }
+PYBIND11_MODULE(_C, m) {
+  fp8gemm::define_arch_module(m, &build_info);
+  fp8gemm::define_quantize_transposed_entry(m, &fp8gemm_sm120::quantize_transposed);  // fp8gemm/training_entries.hpp
+}

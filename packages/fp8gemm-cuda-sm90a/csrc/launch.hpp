@@ -1,10 +1,10 @@
 // This package's entry points, declared in the core (fp8gemm/arch_entry.hpp): launch.cu, quantize.cu, grouped.cu
 // (contiguous and masked layouts) and moe.cu define them; module.cpp binds them all (fp8gemm/arch_module.hpp). The
-// optional weight-gradient entry (fp8gemm/wgrad_entry.hpp): wgrad_launch.cuh, compiled in wgrad.cu.
+// optional weight-gradient entry (fp8gemm/training_entries.hpp): wgrad_launch.cuh, compiled in wgrad.cu.
 #pragma once
 #define FP8GEMM_ARCH_NAMESPACE fp8gemm_sm90a
 #include "fp8gemm/arch_entry.hpp"
-#include "fp8gemm/wgrad_entry.hpp"
+#include "fp8gemm/training_entries.hpp"
 
 namespace fp8gemm_sm90a {
 

@@ -42,9 +42,10 @@ pybind11::dict build_info() {
 
 PYBIND11_MODULE(_C, m) {
   fp8gemm::define_arch_module(m, &build_info);
-  // The optional weight-gradient entry (fp8gemm/wgrad_entry.hpp; wgrad_launch.cuh).
+  // The optional training entries (fp8gemm/training_entries.hpp): wgrad_launch.cuh, quantize.cu.
   fp8gemm::define_wgrad_entry(m, &fp8gemm_sm90a::wgrad_launch, &fp8gemm_sm90a::wgrad_workspace_bytes,
                               fp8gemm_sm90a::kWgradBScaleLdMultiple);
+  fp8gemm::define_quantize_transposed_entry(m, &fp8gemm_sm90a::quantize_transposed);
   // Not part of the protocol: the tests run every compiled grouped kernel, not only those the plan picks.
   m.def("grouped_tiles", [] {
     pybind11::list tiles;

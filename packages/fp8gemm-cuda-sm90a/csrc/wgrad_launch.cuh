@@ -1,4 +1,4 @@
-// Host side of the weight-gradient GEMM (fp8gemm/wgrad_entry.hpp, fp8gemm/backend.hpp WgradArgs): the plan
+// Host side of the weight-gradient GEMM (fp8gemm/training_entries.hpp, fp8gemm/backend.hpp WgradArgs): the plan
 // (heuristics.hpp wgrad_plan_for), the tensor maps and the launch of a GemmType::kWgrad gemm_kernel on the caller's
 // stream. It is the dense kernel with two differences: each stage also holds the B scales of the tile's columns for its
 // K block (TMA from the MN-major [K/128, N] per-row scales, as A's), which each thread applies to its own accumulator

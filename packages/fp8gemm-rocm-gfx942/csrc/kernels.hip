@@ -38,7 +38,7 @@ __global__ __attribute__((amdgpu_flat_work_group_size(kThreads, kThreads))) void
   });
 }
 
-// The weight-gradient GEMM (fp8gemm/wgrad_entry.hpp): B scales per row of b, MN-major (b_scale[kb * sb_ld + column],
+// The weight-gradient GEMM (fp8gemm/training_entries.hpp): B scales per row of b, MN-major (b_scale[kb * sb_ld + column],
 // 1 x 128 along K on both operands), each column promoted with its own (tile.hpp kColumns); every K block in one
 // workgroup (no split), fp32 out, written or with `accumulate` added into.
 template <int WM, int WN, int TM, int TN>

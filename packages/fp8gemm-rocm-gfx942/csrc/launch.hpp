@@ -5,7 +5,7 @@
 
 #define FP8GEMM_ARCH_NAMESPACE fp8gemm_gfx942
 #include "fp8gemm/arch_entry.hpp"
-#include "fp8gemm/wgrad_entry.hpp"
+#include "fp8gemm/training_entries.hpp"
 #include "fp8gemm/gemm_params.hpp"
 #include "fp8gemm/grouped_params.hpp"
 #include "fp8gemm/moe_steps.cuh"

@@ -39,7 +39,7 @@ py::dict grouped_plan(bool masked, int64_t m, int64_t n, int64_t groups, int64_t
 
 PYBIND11_MODULE(_C, m) {
   fp8gemm::define_arch_module(m, &build_info);
-  // The optional weight-gradient entry (fp8gemm/wgrad_entry.hpp; kernels.hip wgrad_kernel).
+  // The optional weight-gradient entry (fp8gemm/training_entries.hpp; kernels.hip wgrad_kernel).
   fp8gemm::define_wgrad_entry(m, &wgrad_launch, &wgrad_workspace_bytes, kWgradBScaleLdMultiple);
   m.def("grouped_plan", &grouped_plan, "Grouped launch geometry for (masked, m, n, groups, expected_m)");
   m.def("plan", &plan, "Launch geometry for (m, n, k) on a GPU with `cus` compute units");

@@ -88,7 +88,12 @@ WGRAD_ARGS = ArgsMirror(
     "a:Q b:Q a_scale:Q b_scale:Q out:Q workspace:Q m:q n:q k:q lda:q ldb:q ldo:q a_scale_ld:q b_scale_ld:q "
     "accumulate:i stream:Q",
 )
-MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS, *MOE_MIRRORS, WGRAD_ARGS)
+QUANTIZE_TRANSPOSED_ARGS = ArgsMirror(
+    "quantize_transposed",
+    "x:Q q:Q scale:Q q_t:Q scale_t:Q m:q k:q m_t:q ldx:q scale_s0:q scale_s1:q scale_t_s0:q scale_t_s1:q in_kind:i "
+    "pow2:i blocks:i stream:Q",
+)
+MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS, *MOE_MIRRORS, WGRAD_ARGS, QUANTIZE_TRANSPOSED_ARGS)
 
 # Grouped layouts (fp8gemm/backend.hpp GroupedLayout).
 GROUPED_CONTIGUOUS = 0  # rows grouped by expert; group_rows: int32 [groups] cumulative row ends
@@ -205,6 +210,22 @@ asynchronous like it. Optional: without it (or for operands outside its layouts)
 """
 
 
+QuantizeTransposedFn = Callable[[int], None]
+"""``quantize_transposed(QUANTIZE_TRANSPOSED_ARGS.pack(x, q, scale, q_t, scale_t, m, k, m_t, ldx, scale_s0, scale_s1,
+scale_t_s0, scale_t_s1, in_kind, pow2, blocks, stream))``: one read of ``x`` ([m, k] as for :data:`QuantizeFn`) writes
+it in FP8 twice, ``q`` [m, k] and its transpose ``q_t`` [k, m_t] (both contiguous; m <= m_t, m_t % 16 == 0, columns
+past m quantized from zeros), bit-identical to ``fp8gemm.training``'s reference.
+
+* ``blocks`` 0 (activations, output gradients): ``q`` with 1x128 scales along k, exactly ``quantize``'s codes and
+  scales, scale (row, k block) at ``scale + (row * scale_s0 + kb * scale_s1) * 4``; ``q_t`` with 1x128 scales along m,
+  (column, row block) at ``scale_t + (c * scale_t_s0 + rb * scale_t_s1) * 4``.
+* ``blocks`` 1 (weights, m_t = m): one scale per 128x128 tile, ``quantize_weight``'s, (row block, k block) in
+  ``scale`` and (k block, row block) in ``scale_t``; ``q_t`` is ``q`` transposed.
+
+Guarantees as for ``quantize``; asynchronous like it. Optional: without it the core runs the reference.
+"""
+
+
 def _no_workspace(m: int, n: int, k: int) -> int:
     return 0
 
@@ -239,6 +260,7 @@ class Backend:
     wgrad_launch: WgradFn | None = None  # optional: the weight-gradient ("1D1D", per-row b_scale) GEMM
     wgrad_workspace_bytes: Callable[[int, int, int], int] | None = None  # wgrad_launch's, for (m, n, k)
     wgrad_b_scale_layout: ScaleLayout | None = None  # the layout of the per-row B scales wgrad_launch reads
+    quantize_transposed: QuantizeTransposedFn | None = None  # optional: an operand and its transpose in one read
 
     def __post_init__(self):
         if self.platform not in ("cuda", "rocm"):

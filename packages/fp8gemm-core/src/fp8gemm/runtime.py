@@ -16,7 +16,18 @@ import torch
 
 from . import registry
 from .autograd import refuse_grad
-from .protocol import IN_BF16, IN_FP16, IN_FP32, K_MAJOR, LAUNCH_ARGS, OUT_BF16, OUT_FP32, QUANTIZE_ARGS, ScaleLayout
+from .protocol import (
+    IN_BF16,
+    IN_FP16,
+    IN_FP32,
+    K_MAJOR,
+    LAUNCH_ARGS,
+    OUT_BF16,
+    OUT_FP32,
+    QUANTIZE_ARGS,
+    QUANTIZE_TRANSPOSED_ARGS,
+    ScaleLayout,
+)
 from .reference import REFERENCE
 from .validation import IN_DTYPES, ld_reader
 
@@ -25,6 +36,7 @@ IN_KINDS = dict(zip(IN_DTYPES, (IN_BF16, IN_FP16, IN_FP32), strict=True))  # the
 
 _pack_gemm = LAUNCH_ARGS.pack
 _pack_quantize = QUANTIZE_ARGS.pack
+_pack_quantize_transposed = QUANTIZE_TRANSPOSED_ARGS.pack
 
 device_index = torch.Tensor.get_device  # -1 on CPU; the unbound method: no wrapper call per tensor
 capturing = torch.cuda.is_current_stream_capturing
@@ -93,6 +105,21 @@ def call_quantize(backend, x2d: torch.Tensor, pow2: bool, dev: int, switch: bool
     else:
         backend.quantize(address)
     return q, scale, ld
+
+
+def call_quantize_transposed(backend, x2d: torch.Tensor, q, scale, q_t, scale_t, pow2: bool, blocks: bool) -> None:
+    """The backend's ``quantize_transposed`` entry on x2d [M >= 1, K] (rows kernel-readable) into the given outputs
+    (``q`` [M, K], ``q_t`` [K, M_t], contiguous; scales as strided tensors), on x2d's device and its current stream."""
+    dev = device_index(x2d)
+    m, k = x2d.shape
+    address = _pack_quantize_transposed(x2d.data_ptr(), q.data_ptr(), scale.data_ptr(), q_t.data_ptr(),
+                                        scale_t.data_ptr(), m, k, q_t.shape[1], x2d.stride(0), *scale.stride(),
+                                        *scale_t.stride(), IN_KINDS[x2d.dtype], int(pow2), int(blocks),
+                                        raw_stream(dev))  # fmt: skip
+    if switch_needed(dev):
+        call_on_device(backend.quantize_transposed, address, dev)
+    else:
+        backend.quantize_transposed(address)
 
 
 def kernel_quantize(backend, x2d: torch.Tensor, pow2: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -99,7 +99,7 @@ struct MoeCombineArgs {
   uintptr_t stream;
 };
 
-// The weight-gradient GEMM (optional entry wgrad_launch, fp8gemm/wgrad_entry.hpp; docs/training.md): both operands carry
+// The weight-gradient GEMM (optional entry wgrad_launch, fp8gemm/training_entries.hpp; docs/training.md): both operands carry
 // 1 x 128 scales along the contracted dim K (the tokens), "1D1D":
 //   out[m, n] (+)= sum_k a[m, k] * b[n, k] * a_scale[m, k / 128] * b_scale[n, k / 128]
 // a [m, k] and b [n, k] FP8 (row strides lda, ldb); a_scale [m, k/128] in the backend's a_scale_layout (leading
@@ -111,6 +111,21 @@ struct WgradArgs {
   uintptr_t a, b, a_scale, b_scale, out, workspace;
   int64_t m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld;
   int accumulate;
+  uintptr_t stream;
+};
+
+// Quantization with a transpose (optional entry quantize_transposed, fp8gemm/training_entries.hpp; docs/training.md):
+// x [m, k] float (row stride ldx elements, InKind; k a multiple of 128) -> q FP8 [m, k] contiguous and q_t FP8
+// [k, m_t] contiguous (x transposed; m <= m_t, m_t a multiple of 16, columns m..m_t-1 quantized from zeros), one read
+// of x. blocks 0 (activations): q with one scale per 1 x 128 along k (QuantizeArgs' codes), scale (row, k block) at
+// scale[row * scale_s0 + kb * scale_s1]; q_t with one scale per 1 x 128 along m, (column, row block) at
+// scale_t[c * scale_t_s0 + rb * scale_t_s1], rb < ceil(m_t / 128). blocks 1 (weights): one scale per 128 x 128
+// tile for both, (row block, k block) in scale and (k block, row block) in scale_t, q_t the codes of q transposed
+// (m_t = m). Guarantees as for QuantizeArgs.
+struct QuantizeTransposedArgs {
+  uintptr_t x, q, scale, q_t, scale_t;
+  int64_t m, k, m_t, ldx, scale_s0, scale_s1, scale_t_s0, scale_t_s1;
+  int in_kind, pow2, blocks;
   uintptr_t stream;
 };
 
@@ -133,5 +148,7 @@ static_assert(sizeof(Wire<MoeActivationArgs>) == 96 && offsetof(MoeActivationArg
               "mirror: MOE_ACTIVATION_ARGS");
 static_assert(sizeof(Wire<MoeCombineArgs>) == 112 && offsetof(MoeCombineArgs, stream) == 96, "mirror: MOE_COMBINE_ARGS");
 static_assert(sizeof(Wire<WgradArgs>) == 136 && offsetof(WgradArgs, stream) == 120, "mirror: WGRAD_ARGS");
+static_assert(sizeof(Wire<QuantizeTransposedArgs>) == 136 && offsetof(QuantizeTransposedArgs, stream) == 120,
+              "mirror: QUANTIZE_TRANSPOSED_ARGS");
 
 }  // namespace fp8gemm

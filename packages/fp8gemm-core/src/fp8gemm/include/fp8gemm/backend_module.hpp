@@ -3,7 +3,7 @@
 //   optionally quantize(args) and linear(args) with linear_workspace_bytes(m, n, k, in_kind), grouped_launch(args)
 //   with grouped_workspace_bytes(layout, m, n, k, groups), moe_route(args), moe_activation(args) and
 //   moe_combine(args) with moe_workspace_bytes(tokens, top_k, experts), a_scale_ld_multiple(), and wgrad_launch(args)
-//   with wgrad_workspace_bytes(m, n, k) and wgrad_b_scale_ld_multiple(). Each `args` is
+//   with wgrad_workspace_bytes(m, n, k) and wgrad_b_scale_ld_multiple(), and quantize_transposed(args). Each `args` is
 //   the address of a Wire<...Args> (fp8gemm/backend.hpp) that the core packed through its mirror (fp8gemm/protocol.py).
 // An arch package's binding is then one line per entry:
 //   PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &my::launch, &my::workspace_bytes, my::build_info); }
@@ -34,6 +34,7 @@ void define_backend_module(pybind11::module_& m, Launch launch, WorkspaceBytes w
         sizes["moe_activation"] = sizeof(Wire<MoeActivationArgs>);
         sizes["moe_combine"] = sizeof(Wire<MoeCombineArgs>);
         sizes["wgrad_launch"] = sizeof(Wire<WgradArgs>);
+        sizes["quantize_transposed"] = sizeof(Wire<QuantizeTransposedArgs>);
         return sizes;
       },
       "Bytes of each entry's argument struct, header included (the core compares them with its mirrors)");
@@ -97,7 +98,7 @@ void define_moe_entry(pybind11::module_& m, Route route, Activation activation, 
   m.def("moe_workspace_bytes", workspace_bytes, "Scratch bytes moe_route() needs for (tokens, top_k, experts)");
 }
 
-// The optional weight-gradient entry (fp8gemm.protocol.WgradFn, fp8gemm/wgrad_entry.hpp): wgrad_launch(args),
+// The optional weight-gradient entry (fp8gemm.protocol.WgradFn, fp8gemm/training_entries.hpp): wgrad_launch(args),
 // wgrad_workspace_bytes(m, n, k), and wgrad_b_scale_ld_multiple(), the leading-dimension multiple (elements) of the B
 // scales it reads (its backend.py states their order in the Backend's wgrad_b_scale_layout).
 template <class Wgrad, class WorkspaceBytes>
@@ -109,6 +110,18 @@ void define_wgrad_entry(pybind11::module_& m, Wgrad wgrad, WorkspaceBytes worksp
   m.def("wgrad_workspace_bytes", workspace_bytes, "Scratch bytes wgrad_launch() needs for (m, n, k) on the current device");
   m.def("wgrad_b_scale_ld_multiple", [b_scale_ld_multiple] { return b_scale_ld_multiple; },
         "Leading-dimension multiple of the B scales wgrad_launch() reads");
+}
+
+// The optional transposing quantizer (fp8gemm.protocol.QuantizeTransposedFn, fp8gemm/training_entries.hpp).
+template <class QuantizeTransposed>
+void define_quantize_transposed_entry(pybind11::module_& m, QuantizeTransposed quantize_transposed) {
+  m.def(
+      "quantize_transposed",
+      [quantize_transposed](uintptr_t args) {
+        quantize_transposed(read_wire<QuantizeTransposedArgs>(args, "quantize_transposed"));
+      },
+      "Enqueue one quantization of an operand and its transpose (one read): `args` is the address of a packed "
+      "fp8gemm.protocol.QUANTIZE_TRANSPOSED_ARGS");
 }
 
 // The leading-dimension multiple (elements) of the arch's MN-major A scales, as a_scale_ld_multiple(): its

@@ -1,5 +1,6 @@
-// The CUDA side of activation quantization (fp8gemm/quantize_rows.cuh), shared by every CUDA arch
-// package: an arch's quantize.cu includes this and forwards its entry to launch_quantize.
+// The CUDA side of activation quantization (fp8gemm/quantize_rows.cuh) and of quantization with a transpose
+// (fp8gemm/quantize_tiles.cuh), shared by every CUDA arch package: an arch's quantize.cu includes this and forwards its
+// entries to launch_quantize and launch_quantize_transposed.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,6 +10,7 @@
 #include "fp8gemm/backend.hpp"
 #include "fp8gemm/cuda/e4m3_arch.cuh"
 #include "fp8gemm/quantize_rows.cuh"
+#include "fp8gemm/quantize_tiles.cuh"
 
 namespace fp8gemm::cuda {
 // Internal linkage: one library may link several arch packages, each with its own copy of these kernels.
@@ -38,6 +40,39 @@ inline void launch_quantize(const QuantizeArgs& args, const char* package) {
   }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw std::runtime_error(std::string(package) + ": quantize kernel launch: " + cudaGetErrorString(err));
+}
+
+struct E4m3TileArch : E4m3Arch {
+  static __device__ __forceinline__ void barrier() { __syncthreads(); }
+};
+
+// blockIdx.x: the K block; blockIdx.y: the 128-row block (grid-strided past 65535 of them).
+template <int kIn>
+__global__ void __launch_bounds__(kQuantThreads) quantize_transposed_kernel(QuantizeTransposedParams p) {
+  __shared__ TransposeTile tile;
+  const int64_t row_blocks = (p.m_t + kQuantBlock - 1) / kQuantBlock;
+  for (int64_t rb = blockIdx.y; rb < row_blocks; rb += gridDim.y) {
+    quantize_transposed_tile<E4m3TileArch, kIn>(p, rb, blockIdx.x, threadIdx.x, tile);
+    __syncthreads();  // the next tile reuses the shared memory
+  }
+}
+
+inline void launch_quantize_transposed(const QuantizeTransposedArgs& args, const char* package) {
+  const QuantizeTransposedParams p = quantize_transposed_params(args);
+  const int64_t k_blocks = args.k / kQuantBlock, row_blocks = (args.m_t + kQuantBlock - 1) / kQuantBlock;
+  if (k_blocks > 0x7fffffff)
+    throw std::invalid_argument(std::string(package) + ": quantize_transposed: K too large for one launch");
+  const auto stream = reinterpret_cast<cudaStream_t>(args.stream);
+  const dim3 grid(static_cast<unsigned>(k_blocks), static_cast<unsigned>(row_blocks < 65535 ? row_blocks : 65535));
+  switch (args.in_kind) {
+    case kInBF16: quantize_transposed_kernel<kInBF16><<<grid, kQuantThreads, 0, stream>>>(p); break;
+    case kInFP16: quantize_transposed_kernel<kInFP16><<<grid, kQuantThreads, 0, stream>>>(p); break;
+    case kInFP32: quantize_transposed_kernel<kInFP32><<<grid, kQuantThreads, 0, stream>>>(p); break;
+    default: throw std::invalid_argument(std::string(package) + ": quantize_transposed: unknown input kind");
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(package) + ": quantize_transposed kernel launch: " + cudaGetErrorString(err));
 }
 
 }  // namespace

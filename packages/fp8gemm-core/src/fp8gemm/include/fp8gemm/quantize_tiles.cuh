@@ -1,0 +1,138 @@
+// Quantization with a transpose, the algorithm every arch shares (fp8gemm/backend.hpp QuantizeTransposedArgs): one
+// workgroup reads one 128 x 128 tile of x [m, k] once and writes it in FP8 twice, as q [m, k] and as q_t [k, m_t],
+// bit-identical to fp8gemm.training's reference (docs/training.md):
+//   activations (blocks = 0): q with one scale per 1 x 128 along k (fp8gemm.quantize_activation's codes and scales),
+//     q_t with one scale per 1 x 128 along m (x's 128 x 1 tiles); rows m..m_t-1 of x read as zeros;
+//   weights (blocks = 1): one scale per 128 x 128 tile for both (fp8gemm.quantize_weight's), the codes transposed.
+// Numerics as fp8gemm/quantize_rows.cuh. 256 threads: thread t reads columns 8 (t % 16) .. +7 of rows
+// 8 (t / 16) .. +7, so a 16-lane group shares a row (the row maximum) and a thread owns 8 consecutive rows of each of
+// its columns (8 transposed codes, one 8-byte store). The arch supplies, beyond quantize_rows.cuh's Arch:
+//   static FP8GEMM_QFN void barrier();   // the workgroup barrier, shared memory visible after it
+#pragma once
+#include <stdint.h>
+
+#include "fp8gemm/backend.hpp"
+#include "fp8gemm/quantize_rows.cuh"
+
+namespace fp8gemm {
+
+constexpr int kTileRowsPerThread = 8;
+
+struct QuantizeTransposedParams {
+  const uint8_t* x;  // bytes: rows are ldx_bytes apart
+  uint8_t* q;        // [m, k] contiguous
+  uint8_t* q_t;      // [k, m_t] contiguous
+  float* scale;      // (row or row block, k block) at row * scale_s0 + kb * scale_s1
+  float* scale_t;    // (column, row block) or (k block, row block) at c * scale_t_s0 + rb * scale_t_s1
+  int64_t m, k, m_t, ldx_bytes, scale_s0, scale_s1, scale_t_s0, scale_t_s1;
+  int pow2, blocks;
+};
+
+inline QuantizeTransposedParams quantize_transposed_params(const QuantizeTransposedArgs& a) {
+  return QuantizeTransposedParams{reinterpret_cast<const uint8_t*>(a.x), reinterpret_cast<uint8_t*>(a.q),
+                                  reinterpret_cast<uint8_t*>(a.q_t), reinterpret_cast<float*>(a.scale),
+                                  reinterpret_cast<float*>(a.scale_t), a.m, a.k, a.m_t,
+                                  a.ldx * (a.in_kind == kInFP32 ? 4 : 2), a.scale_s0, a.scale_s1, a.scale_t_s0,
+                                  a.scale_t_s1, a.pow2, a.blocks};
+}
+
+// Shared memory of one workgroup: per-thread-row partial maxima, then the codes of q_t with each 8-byte chunk of a
+// 128-byte row stored at chunk index (chunk ^ (column / 8)) so the 16 lanes of a store hit distinct banks.
+struct TransposeTile {
+  float partial[kQuantThreads / kQuantLanes][kQuantBlock];
+  float column_scale[kQuantBlock];
+  uint64_t codes[kQuantBlock][kQuantBlock / 8];
+};
+
+FP8GEMM_QFN int swizzled_chunk(int column, int chunk) { return chunk ^ ((column >> 3) & 15); }
+
+// The tile (row block rb, k block kb). `tile` is the workgroup's shared TransposeTile. Two passes over the tile's
+// rows: the first takes the maxima (and writes the activations' q), the second reads the rows again (from cache) and
+// writes the codes scaled as the maxima decided, so a thread holds one row of 8 values at a time.
+template <class Arch, int kIn>
+FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int64_t rb, int64_t kb, int tid,
+                                          TransposeTile& tile) {
+  constexpr int kInBytes = kIn == kInFP32 ? 4 : 2;
+  const int lane = tid % kQuantLanes, group = tid / kQuantLanes;
+  const int64_t row0 = rb * kQuantBlock + group * kTileRowsPerThread, col = kb * kQuantBlock + lane * kQuantElems;
+  const uint8_t* src = p.x + row0 * p.ldx_bytes + col * kInBytes;
+  float col_amax[kQuantElems];
+  for (int j = 0; j < kQuantElems; ++j) col_amax[j] = 0.f;
+  for (int i = 0; i < kTileRowsPerThread; ++i) {
+    if (row0 + i >= p.m) break;  // past m: zero codes, no effect on a maximum; uniform over the 16-lane group
+    float v[kQuantElems];
+    Arch::template load8<kIn>(src + i * p.ldx_bytes, v);
+    float r = 0.f;
+    for (int j = 0; j < kQuantElems; ++j) {
+      const float a = v[j] < 0.f ? -v[j] : v[j];
+      col_amax[j] = nan_max(col_amax[j], a);
+      r = nan_max(r, a);
+    }
+    if (!p.blocks) {  // q: 1 x 128 along k, as quantize_rows.cuh (a row's 16 lanes)
+      const float s = block_scale(Arch::group_max(r), Arch::kFp8Max, p.pow2 != 0);
+      const float inv = 1.0f / s;
+      for (int j = 0; j < kQuantElems; ++j) v[j] *= inv;
+      Arch::store8(p.q + (row0 + i) * p.k + col, v);
+      if (lane == 0) p.scale[(row0 + i) * p.scale_s0 + kb * p.scale_s1] = s;
+    }
+  }
+  for (int j = 0; j < kQuantElems; ++j) tile.partial[group][lane * kQuantElems + j] = col_amax[j];
+  Arch::barrier();
+  if (tid < kQuantBlock) {  // each column's maximum over the tile's rows
+    float a = 0.f;
+    for (int g = 0; g < kQuantThreads / kQuantLanes; ++g) a = nan_max(a, tile.partial[g][tid]);
+    if (p.blocks) {
+      tile.column_scale[tid] = a;
+    } else {  // q_t: 1 x 128 along m, one scale per column
+      const float s = block_scale(a, Arch::kFp8Max, p.pow2 != 0);
+      tile.column_scale[tid] = 1.0f / s;
+      p.scale_t[(kb * kQuantBlock + tid) * p.scale_t_s0 + rb * p.scale_t_s1] = s;
+    }
+  }
+  Arch::barrier();
+  float inv[kQuantElems];
+  if (p.blocks) {  // one scale for the tile, q and q_t sharing its codes
+    float a = 0.f;
+    for (int c = 0; c < kQuantBlock; ++c) a = nan_max(a, tile.column_scale[c]);
+    const float s = block_scale(a, Arch::kFp8Max, p.pow2 != 0);
+    for (int j = 0; j < kQuantElems; ++j) inv[j] = 1.0f / s;
+    if (tid == 0) {
+      p.scale[rb * p.scale_s0 + kb * p.scale_s1] = s;
+      p.scale_t[kb * p.scale_t_s0 + rb * p.scale_t_s1] = s;
+    }
+  } else {
+    for (int j = 0; j < kQuantElems; ++j) inv[j] = tile.column_scale[lane * kQuantElems + j];
+  }
+  uint64_t column_codes[kQuantElems];  // byte i: row row0 + i of column col + j
+  for (int j = 0; j < kQuantElems; ++j) column_codes[j] = 0;
+  for (int i = 0; i < kTileRowsPerThread; ++i) {
+    float v[kQuantElems];
+    if (row0 + i < p.m) {
+      Arch::template load8<kIn>(src + i * p.ldx_bytes, v);
+    } else {
+      for (int j = 0; j < kQuantElems; ++j) v[j] = 0.f;
+    }
+    for (int j = 0; j < kQuantElems; ++j) v[j] *= inv[j];
+    uint64_t row_codes;
+    Arch::store8(reinterpret_cast<uint8_t*>(&row_codes), v);
+    if (p.blocks && row0 + i < p.m) Arch::store8(p.q + (row0 + i) * p.k + col, v);
+    for (int j = 0; j < kQuantElems; ++j) column_codes[j] |= ((row_codes >> (8 * j)) & 0xffu) << (8 * i);
+  }
+  for (int j = 0; j < kQuantElems; ++j) {
+    const int c = lane * kQuantElems + j;
+    tile.codes[c][swizzled_chunk(c, group)] = column_codes[j];
+  }
+  Arch::barrier();
+  // q_t rows kb*128 .. +127, columns rb*128 .. +127 (those below m_t), 16 bytes a thread a step
+  const int64_t col0 = rb * kQuantBlock;
+  for (int piece = tid; piece < kQuantBlock * 8; piece += kQuantThreads) {
+    const int c = piece / 8, half = piece % 8;
+    if (col0 + half * 16 >= p.m_t) continue;
+    const uint64_t lo = tile.codes[c][swizzled_chunk(c, 2 * half)], hi = tile.codes[c][swizzled_chunk(c, 2 * half + 1)];
+    uint64_t* dst = reinterpret_cast<uint64_t*>(p.q_t + (kb * kQuantBlock + c) * p.m_t + col0 + half * 16);
+    dst[0] = lo;
+    dst[1] = hi;
+  }
+}
+
+}  // namespace fp8gemm
