@@ -212,7 +212,8 @@ def loss_fn(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> to
 class MasterAdamW:
     """AdamW on float32 copies of the model's (bf16) Parameters: each step casts the gradients up, clips their norm,
     steps and writes the weights back rounded to the model's dtype. ``master_dtype=None``: AdamW on the Parameters
-    themselves (bf16 weights and states: the least memory). Weight decay on matrices only."""
+    themselves (bf16 weights and states: the least memory). Weight decay on matrices only; torch's fused AdamW kernel on
+    a GPU (its foreach one elsewhere)."""
 
     def __init__(self, model: nn.Module, lr: float, betas=(0.9, 0.95), weight_decay: float = 0.1,
                  master_dtype: torch.dtype | None = torch.float32, clip: float | None = 1.0):  # fmt: skip
@@ -223,7 +224,8 @@ class MasterAdamW:
         decay = [m for m, p in zip(self.master, self.params, strict=True) if p.dim() >= 2]
         rest = [m for m, p in zip(self.master, self.params, strict=True) if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
-        self.opt = torch.optim.AdamW(groups, lr=lr, betas=betas, foreach=True)
+        fused = all(m.is_cuda for m in self.master)  # one kernel per step, as training frameworks run it on a GPU
+        self.opt = torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused or None, foreach=not fused)
         self.clip = clip
 
     def set_lr(self, lr: float) -> None:

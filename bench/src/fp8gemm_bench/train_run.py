@@ -222,7 +222,7 @@ def run_throughput(device, *, batch: int = THROUGHPUT_BATCH, seq: int = THROUGHP
             "tokens_per_step": batch * seq,
             "warmup_steps": warmup,
             "timed_steps": steps,
-            "optimizer": "AdamW, bf16 weights and states (no master copy)",
+            "optimizer": "AdamW (torch, fused on a GPU), bf16 weights and states (no master copy)",
             "lr": 1e-4,
         },  # fmt: skip
         "runs": {},

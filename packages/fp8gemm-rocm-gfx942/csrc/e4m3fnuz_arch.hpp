@@ -1,5 +1,6 @@
-// The e4m3fnuz Arch of the core's portable kernels (fp8gemm/quantize_rows.cuh, fp8gemm/moe_steps.cuh) on gfx942:
-// codes with bias 8 (max 240), a 16-lane max through ds_bpermute, 16-byte loads.
+// The e4m3fnuz Arch of the core's portable kernels (fp8gemm/quantize_rows.cuh, fp8gemm/quantize_tiles.cuh,
+// fp8gemm/moe_steps.cuh) on gfx942: codes with bias 8 (max 240), a 16-lane max through ds_bpermute, 16-byte loads, the
+// workgroup barrier.
 #pragma once
 #include "hip_compat.hpp"
 #include "fp8gemm/quantize_rows.cuh"
@@ -42,6 +43,14 @@ struct E4m3fnuzArch {
         }
       }
     }
+  }
+
+  // s_barrier between workgroup-scope release and acquire fences (HIP's __syncthreads()): LDS written before it is
+  // visible after it.
+  static __device__ inline void barrier() {
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+    __builtin_amdgcn_s_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
   }
 
   static __device__ inline void store8(uint8_t* p, const float (&v)[8]) {

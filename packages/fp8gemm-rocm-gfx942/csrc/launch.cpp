@@ -3,6 +3,7 @@
 #include <hip/hip_runtime_api.h>
 
 #include <climits>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -83,6 +84,23 @@ void grouped_launch(const fp8gemm::GroupedArgs& args) {
 void quantize(const fp8gemm::QuantizeArgs& args) {
   check(enqueue_quantize(fp8gemm::quantize_params(args), args.in_kind, reinterpret_cast<void*>(args.stream)),
         "quantize kernel launch");
+}
+
+void quantize_transposed(const fp8gemm::QuantizeTransposedArgs& args) {
+  const int64_t row_blocks = (args.m_t + fp8gemm::kQuantBlock - 1) / fp8gemm::kQuantBlock;
+  const int64_t k_blocks = args.k / fp8gemm::kQuantBlock;
+  if (args.m < 1 || args.m_t < args.m || args.m_t % 16 || args.k < fp8gemm::kQuantBlock || args.k % fp8gemm::kQuantBlock ||
+      (args.blocks != 0 && args.blocks != 1) || (args.blocks && args.m_t != args.m) || args.in_kind < fp8gemm::kInBF16 ||
+      args.in_kind > fp8gemm::kInFP32)
+    throw std::invalid_argument(std::string(kPackage) + ": quantize_transposed: m >= 1, m_t >= m a multiple of 16 (m_t = "
+                                "m for weights), k a positive multiple of 128, blocks 0 or 1 and a known input kind "
+                                "are required");
+  // grid x counts work-items in 32 bits (the dispatch packet's grid_size_x), grid y at most 65535 workgroups
+  if (row_blocks * fp8gemm::kQuantThreads > UINT32_MAX || k_blocks > 65535)
+    throw std::invalid_argument(std::string(kPackage) + ": quantize_transposed: too many rows or K blocks for one launch");
+  check(enqueue_quantize_transposed(fp8gemm::quantize_transposed_params(args), args.in_kind, row_blocks, k_blocks,
+                                    reinterpret_cast<void*>(args.stream)),
+        "quantize_transposed kernel launch");
 }
 
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts) {

@@ -10,6 +10,7 @@
 #include "fp8gemm/grouped_params.hpp"
 #include "fp8gemm/moe_steps.cuh"
 #include "fp8gemm/quantize_rows.cuh"
+#include "fp8gemm/quantize_tiles.cuh"
 #include "heuristics.hpp"
 
 namespace fp8gemm_gfx942 {
@@ -35,6 +36,9 @@ int enqueue_wgrad(const Params& p, const Geometry& g, int accumulate, void* stre
 int enqueue_grouped(const GroupedParams& p, const GroupedGeometry& g, void* stream);
 // Defined in quantize.hip: enqueue one activation quantization (in_kind: fp8gemm::InKind).
 int enqueue_quantize(const fp8gemm::QuantizeParams& p, int in_kind, void* stream);
+// One quantization with a transpose on a grid of row_blocks x k_blocks workgroups (one 128 x 128 tile each).
+int enqueue_quantize_transposed(const fp8gemm::QuantizeTransposedParams& p, int in_kind, int64_t row_blocks,
+                                int64_t k_blocks, void* stream);
 // Defined in moe.hip: enqueue one mixture-of-experts step on the grid fp8gemm/moe_launch.hpp gives.
 int enqueue_moe_route(const fp8gemm::MoeRouteParams& p, int64_t count_blocks, int64_t blocks, void* stream);
 int enqueue_moe_activation(const fp8gemm::MoeActivationParams& p, int64_t k_blocks, int64_t row_groups, void* stream);

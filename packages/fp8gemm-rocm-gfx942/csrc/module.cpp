@@ -11,7 +11,7 @@ namespace {
 
 py::dict build_info() { return fp8gemm::build_info(
       "MFMA 32x32x16 fp8 (e4m3fnuz), LDS double buffering, split-K for small M; grouped (contiguous, masked) in one "
-      "launch; weight gradient (1x128 B scales per column, fp32 out added into)"); }
+      "launch; weight gradient (1x128 B scales per column, fp32 out added into); quantization with a transpose (one read)"); }
 
 // The launch geometry launch() would use, for tests of the host-side tiling logic without a GPU.
 py::dict plan(int64_t m, int64_t n, int64_t k, int cus) {
@@ -39,8 +39,10 @@ py::dict grouped_plan(bool masked, int64_t m, int64_t n, int64_t groups, int64_t
 
 PYBIND11_MODULE(_C, m) {
   fp8gemm::define_arch_module(m, &build_info);
-  // The optional weight-gradient entry (fp8gemm/training_entries.hpp; kernels.hip wgrad_kernel).
+  // The optional training entries (fp8gemm/training_entries.hpp): the weight gradient (kernels.hip wgrad_kernel) and
+  // the transposing quantizer (quantize.hip quantize_transposed_kernel).
   fp8gemm::define_wgrad_entry(m, &wgrad_launch, &wgrad_workspace_bytes, kWgradBScaleLdMultiple);
+  fp8gemm::define_quantize_transposed_entry(m, &quantize_transposed);
   m.def("grouped_plan", &grouped_plan, "Grouped launch geometry for (masked, m, n, groups, expected_m)");
   m.def("plan", &plan, "Launch geometry for (m, n, k) on a GPU with `cus` compute units");
 }

@@ -9,11 +9,6 @@ namespace fp8gemm_gfx942 {
 namespace {
 
 struct MoeArch : E4m3fnuzArch {
-  static __device__ inline void barrier() {
-    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
-    __builtin_amdgcn_s_barrier();
-    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
-  }
   static __device__ inline float exp(float v) { return __builtin_expf(v); }  // no device library needed
 };
 

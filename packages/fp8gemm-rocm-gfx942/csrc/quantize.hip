@@ -1,8 +1,10 @@
-// Activation quantization for gfx942: the core's portable kernel (fp8gemm/quantize_rows.cuh) with
-// e4m3fnuz codes (bias 8, max 240), a 16-lane max through ds_bpermute, 256 work-items per workgroup.
+// Activation quantization for gfx942, with and without a transpose: the core's portable kernels
+// (fp8gemm/quantize_rows.cuh, fp8gemm/quantize_tiles.cuh) with e4m3fnuz codes (bias 8, max 240), a 16-lane max through
+// ds_bpermute, 256 work-items per workgroup.
 #include "hip_compat.hpp"
 #include "e4m3fnuz_arch.hpp"
 #include "fp8gemm/quantize_rows.cuh"
+#include "fp8gemm/quantize_tiles.cuh"
 #include "launch.hpp"
 
 namespace fp8gemm_gfx942 {
@@ -18,6 +20,16 @@ __global__ __attribute__((amdgpu_flat_work_group_size(fp8gemm::kQuantThreads, fp
                                               __builtin_amdgcn_workitem_id_x() % fp8gemm::kQuantLanes);
 }
 
+// workgroup x: the 128-row block; workgroup y: the K block. One 128 x 128 tile, read once, written as q and q_t. A
+// 16-lane group (one row of the tile) stays within a quarter of a 64-lane wavefront, so the groups that leave the row
+// loop at M leave whole and the ds_bpermute maximum of the others reads only active lanes.
+template <int kIn>
+__global__ __attribute__((amdgpu_flat_work_group_size(fp8gemm::kQuantThreads, fp8gemm::kQuantThreads))) void quantize_transposed_kernel(fp8gemm::QuantizeTransposedParams p) {
+  __shared__ fp8gemm::TransposeTile tile;
+  fp8gemm::quantize_transposed_tile<E4m3fnuzArch, kIn>(p, __builtin_amdgcn_workgroup_id_x(), __builtin_amdgcn_workgroup_id_y(),
+                                                       __builtin_amdgcn_workitem_id_x(), tile);
+}
+
 }  // namespace
 
 int enqueue_quantize(const fp8gemm::QuantizeParams& p, int in_kind, void* stream) {
@@ -28,6 +40,18 @@ int enqueue_quantize(const fp8gemm::QuantizeParams& p, int in_kind, void* stream
   void* args[] = {&params};
   const dim3 grid(static_cast<unsigned>((p.m + fp8gemm::kQuantRows - 1) / fp8gemm::kQuantRows),
                   static_cast<unsigned>(p.k / fp8gemm::kQuantBlock));
+  return hipLaunchKernel(kernel, grid, dim3(fp8gemm::kQuantThreads), args, 0, static_cast<hipStream_t>(stream));
+}
+
+int enqueue_quantize_transposed(const fp8gemm::QuantizeTransposedParams& p, int in_kind, int64_t row_blocks,
+                                int64_t k_blocks, void* stream) {
+  const void* kernel =
+      in_kind == fp8gemm::kInBF16   ? reinterpret_cast<const void*>(&quantize_transposed_kernel<fp8gemm::kInBF16>)
+      : in_kind == fp8gemm::kInFP16 ? reinterpret_cast<const void*>(&quantize_transposed_kernel<fp8gemm::kInFP16>)
+                                    : reinterpret_cast<const void*>(&quantize_transposed_kernel<fp8gemm::kInFP32>);
+  fp8gemm::QuantizeTransposedParams params = p;
+  void* args[] = {&params};
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(k_blocks));
   return hipLaunchKernel(kernel, grid, dim3(fp8gemm::kQuantThreads), args, 0, static_cast<hipStream_t>(stream));
 }
 

@@ -94,6 +94,7 @@ class Emulator:
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.argtypes = [ctypes.c_int64] * 3
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.restype = ctypes.c_int64
         self.kernels.fp8gemm_gfx942_emu_quantize.argtypes = [ctypes.c_size_t]
+        self.kernels.fp8gemm_gfx942_emu_quantize_transposed.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_wgrad_launch.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_wgrad_workspace_bytes.argtypes = [ctypes.c_int64] * 3
         self.kernels.fp8gemm_gfx942_emu_wgrad_workspace_bytes.restype = ctypes.c_int64
@@ -111,6 +112,7 @@ class Emulator:
         self.grouped_launches = 0
         self.moe_steps = 0  # step launches (route, activation, combine entries) so far
         self.wgrad_launches = 0
+        self.quantize_transposed_launches = 0
         self.use_cu_count(304)
 
     def _error(self) -> str:
@@ -136,6 +138,7 @@ class Emulator:
     def args_sizes(self) -> dict[str, int]:
         return {
             "wgrad_launch": self.kernels.fp8gemm_gfx942_emu_args_size(6),
+            "quantize_transposed": self.kernels.fp8gemm_gfx942_emu_args_size(7),
             "launch": self.kernels.fp8gemm_gfx942_emu_args_size(0),
             "quantize": self.kernels.fp8gemm_gfx942_emu_args_size(1),
             "grouped_launch": self.kernels.fp8gemm_gfx942_emu_args_size(2),
@@ -184,6 +187,30 @@ class Emulator:
             ctypes.memset(scale, 0xFF, 4 * ((k // 128 - 1) * scale_ld + m))
         self.quantize_launches += 1
         if self.kernels.fp8gemm_gfx942_emu_quantize(args):
+            raise EmulationError(self._error())
+
+    def quantize_transposed(self, args: int) -> None:
+        """``fp8gemm.protocol.QuantizeTransposedFn`` on the emulator; returns when the kernel has finished. As for
+        ``quantize``, the outputs are poisoned first: q [m, k] and q_t [k, m_t] with code 0x80 (NaN in e4m3fnuz), both
+        scale tensors NaN from their first element to their last (strides as packed)."""
+        from fp8gemm.protocol import QUANTIZE_TRANSPOSED_ARGS
+
+        f = QUANTIZE_TRANSPOSED_ARGS.unpack(args) if args else {}
+        m, k, m_t = f.get("m", 0), f.get("k", 0), f.get("m_t", 0)
+        strides = [f.get(name, -1) for name in ("scale_s0", "scale_s1", "scale_t_s0", "scale_t_s1")]
+        if m > 0 and k >= 128 and m_t >= m and min(strides) >= 0 and all(f[name] for name in ("q", "q_t", "scale", "scale_t")):
+            ctypes.memset(f["q"], 0x80, m * k)
+            ctypes.memset(f["q_t"], 0x80, k * m_t)
+            row_blocks, k_blocks = -(-m_t // 128), k // 128
+            # activations: scale (row, k block), scale_t (column, row block); weights: (row block, k block) and back
+            scale_rows, scale_t_rows = (row_blocks, k_blocks) if f["blocks"] else (m, k)
+            for address, (s0, s1), rows, cols in (
+                (f["scale"], strides[:2], scale_rows, k_blocks),
+                (f["scale_t"], strides[2:], scale_t_rows, row_blocks),
+            ):
+                ctypes.memset(address, 0xFF, 4 * ((rows - 1) * s0 + (cols - 1) * s1 + 1))
+        self.quantize_transposed_launches += 1
+        if self.kernels.fp8gemm_gfx942_emu_quantize_transposed(args):
             raise EmulationError(self._error())
 
     def grouped_launch(self, args: int) -> None:
@@ -271,8 +298,8 @@ class Emulator:
 
     def backend(self):
         """The package's Backend descriptor (src/fp8gemm_rocm_gfx942/backend.py: FP8 dtype, scale
-        layouts, grouped layouts) with the emulated kernels behind ``launch``, ``quantize`` and ``grouped_launch``,
-        named ``gfx942_emulated``."""
+        layouts, grouped layouts) with the emulated kernels behind ``launch``, ``quantize``, ``grouped_launch`` and the
+        other entries of MODULE_ENTRIES, named ``gfx942_emulated``."""
         module = _emulated_extension(self)
         descriptor = _package_backend_module(module).load()
         info = dict(descriptor.build_info, emulated="CPU, gfx942 emulator (fibers, documented MFMA layout)")
@@ -285,7 +312,7 @@ class Emulator:
 MODULE_ENTRIES = ("protocol_version", "args_sizes", "a_scale_ld_multiple", "launch", "workspace_bytes", "quantize",
                   "grouped_launch", "grouped_workspace_bytes", "moe_route", "moe_activation", "moe_combine",
                   "moe_workspace_bytes", "wgrad_launch", "wgrad_workspace_bytes",
-                  "wgrad_b_scale_ld_multiple")  # fmt: skip
+                  "wgrad_b_scale_ld_multiple", "quantize_transposed")  # fmt: skip
 
 
 def _emulated_extension(emulator: Emulator) -> types.ModuleType:

@@ -148,17 +148,23 @@ bool Worker::run(const unsigned group[3], uint64_t linear_index) {
 bool Worker::run_wave(unsigned wave) {
   const unsigned begin = wave * kWaveSize, end = begin + kWaveSize < size_ ? begin + kWaveSize : size_;
   for (;;) {
-    unsigned at_op = 0, done = 0;
+    unsigned at_op = 0, done = 0, at_barrier = 0, first = end;
     for (unsigned i = begin; i < end; ++i) {
       if (items_[i].state == State::Ready) resume(items_[i]);
       if (items_[i].state == State::Failed) return false;
       at_op += items_[i].state == State::AtWaveOp;
       done += items_[i].state == State::Done;
+      at_barrier += items_[i].state == State::AtBarrier;
+      if (items_[i].state == State::AtWaveOp && first == end) first = i;
     }
     if (at_op == 0) return true;
-    // Lanes that have returned are inactive, as under an EXEC mask; lanes that went on to a barrier
-    // or elsewhere mean divergence the emulator cannot order.
-    if (at_op + done == end - begin) {
+    // Lanes that have returned are inactive, as under an EXEC mask. So are, for ds_bpermute, lanes that went on to a
+    // barrier: they left the loop or branch that holds the permute (as whole 16-lane groups leave the row loop of
+    // fp8gemm/quantize_tiles.cuh at M), and on the GPU they wait, masked off, until the wavefront reconverges before
+    // that barrier; release_barrier() still checks that every work-item reaches the same one. Lanes at a barrier
+    // around an MFMA (which needs all 64) mean divergence the emulator cannot order.
+    const bool masked_at_barrier = items_[first].op == WaveOp::Bpermute;
+    if (at_op + done + (masked_at_barrier ? at_barrier : 0) == end - begin) {
       if (!execute_wave_op(wave, begin, end)) return false;
       continue;
     }

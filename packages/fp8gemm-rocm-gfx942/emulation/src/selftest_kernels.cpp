@@ -83,6 +83,30 @@ __global__ void max_over_16_lanes_after_early_exit(int* out, const int* in) {
   max_over_16_lanes(out, in);
 }
 
+// Each 16-lane group g runs the maximum g % 4 times (so every wave holds groups that leave the loop after 0, 1, 2 and 3
+// rounds), then all meet at a barrier: the groups that went on to it are inactive for the others' exchanges, as under
+// EXEC (fp8gemm/quantize_tiles.cuh's row loop at M). out: the maximum, or the input where a group ran none.
+__global__ void max_over_16_lanes_with_groups_at_a_barrier(int* out, const int* in) {
+  float x = __builtin_bit_cast(float, in[gid()]);
+  for (unsigned round = 0; round < tid() / 16 % 4; ++round) {
+    for (int mask = 8; mask > 0; mask /= 2) {
+      const float other = __shfl_xor(x, mask, 16);
+      x = other > x ? other : x;
+    }
+  }
+  __syncthreads();
+  out[gid()] = __builtin_bit_cast(int, x);
+}
+
+// An MFMA that half of each wave skips for a barrier: still divergence (the instruction needs all 64 lanes).
+__global__ void mfma_with_lanes_at_a_barrier(int* out, const int*) {
+  typedef float floatx16 __attribute__((ext_vector_type(16)));
+  floatx16 acc{};
+  if (tid() % 64 < 32) acc = __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8(0l, 0l, acc, 0, 0, 0);
+  __syncthreads();
+  out[gid()] = static_cast<int>(acc[0]);
+}
+
 using Kernel = void (*)(int*, const int*);
 struct Named {
   const char* name;
@@ -95,6 +119,8 @@ const Named kKernels[] = {
     {"divergent_mfma", divergent_mfma},   {"bpermute", bpermute},
     {"max_over_16_lanes", max_over_16_lanes},
     {"max_over_16_lanes_after_early_exit", max_over_16_lanes_after_early_exit},
+    {"max_over_16_lanes_with_groups_at_a_barrier", max_over_16_lanes_with_groups_at_a_barrier},
+    {"mfma_with_lanes_at_a_barrier", mfma_with_lanes_at_a_barrier},
 };
 
 }  // namespace
@@ -109,6 +135,8 @@ GFX942_EMU_KERNEL(divergent_mfma);
 GFX942_EMU_KERNEL(bpermute);
 GFX942_EMU_KERNEL(max_over_16_lanes);
 GFX942_EMU_KERNEL(max_over_16_lanes_after_early_exit);
+GFX942_EMU_KERNEL(max_over_16_lanes_with_groups_at_a_barrier);
+GFX942_EMU_KERNEL(mfma_with_lanes_at_a_barrier);
 
 // Launches the named kernel on `groups` x `block` work-items: 0, 1 for an unknown name, else the
 // hipError_t (the detail in gfx942_emu_last_error()).

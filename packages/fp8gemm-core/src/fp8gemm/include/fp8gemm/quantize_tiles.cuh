@@ -46,9 +46,22 @@ struct TransposeTile {
 
 FP8GEMM_QFN int swizzled_chunk(int column, int chunk) { return chunk ^ ((column >> 3) & 15); }
 
+// A thread's 8 rows of the tile, rows past m as zeros (zero codes, no effect on a maximum).
+template <class Arch, int kIn>
+FP8GEMM_QFN void load_rows(const QuantizeTransposedParams& p, const uint8_t* src, int64_t row0,
+                           float (&v)[kTileRowsPerThread][kQuantElems]) {
+  for (int i = 0; i < kTileRowsPerThread; ++i) {
+    if (row0 + i < p.m) {
+      Arch::template load8<kIn>(src + i * p.ldx_bytes, v[i]);
+    } else {
+      for (int j = 0; j < kQuantElems; ++j) v[i][j] = 0.f;
+    }
+  }
+}
+
 // The tile (row block rb, k block kb). `tile` is the workgroup's shared TransposeTile. Two passes over the tile's
 // rows: the first takes the maxima (and writes the activations' q), the second reads the rows again (from cache) and
-// writes the codes scaled as the maxima decided, so a thread holds one row of 8 values at a time.
+// writes the codes scaled as the maxima decided; each pass issues all of a thread's 8 row loads at once.
 template <class Arch, int kIn>
 FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int64_t rb, int64_t kb, int tid,
                                           TransposeTile& tile) {
@@ -56,23 +69,22 @@ FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int
   const int lane = tid % kQuantLanes, group = tid / kQuantLanes;
   const int64_t row0 = rb * kQuantBlock + group * kTileRowsPerThread, col = kb * kQuantBlock + lane * kQuantElems;
   const uint8_t* src = p.x + row0 * p.ldx_bytes + col * kInBytes;
+  float v[kTileRowsPerThread][kQuantElems];
+  load_rows<Arch, kIn>(p, src, row0, v);  // every load issued before the first is used
   float col_amax[kQuantElems];
   for (int j = 0; j < kQuantElems; ++j) col_amax[j] = 0.f;
   for (int i = 0; i < kTileRowsPerThread; ++i) {
-    if (row0 + i >= p.m) break;  // past m: zero codes, no effect on a maximum; uniform over the 16-lane group
-    float v[kQuantElems];
-    Arch::template load8<kIn>(src + i * p.ldx_bytes, v);
     float r = 0.f;
     for (int j = 0; j < kQuantElems; ++j) {
-      const float a = v[j] < 0.f ? -v[j] : v[j];
+      const float a = v[i][j] < 0.f ? -v[i][j] : v[i][j];
       col_amax[j] = nan_max(col_amax[j], a);
       r = nan_max(r, a);
     }
-    if (!p.blocks) {  // q: 1 x 128 along k, as quantize_rows.cuh (a row's 16 lanes)
+    if (!p.blocks && row0 + i < p.m) {  // q: 1 x 128 along k, as quantize_rows.cuh (uniform over a row's 16 lanes)
       const float s = block_scale(Arch::group_max(r), Arch::kFp8Max, p.pow2 != 0);
       const float inv = 1.0f / s;
-      for (int j = 0; j < kQuantElems; ++j) v[j] *= inv;
-      Arch::store8(p.q + (row0 + i) * p.k + col, v);
+      for (int j = 0; j < kQuantElems; ++j) v[i][j] *= inv;
+      Arch::store8(p.q + (row0 + i) * p.k + col, v[i]);
       if (lane == 0) p.scale[(row0 + i) * p.scale_s0 + kb * p.scale_s1] = s;
     }
   }
@@ -105,17 +117,12 @@ FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int
   }
   uint64_t column_codes[kQuantElems];  // byte i: row row0 + i of column col + j
   for (int j = 0; j < kQuantElems; ++j) column_codes[j] = 0;
+  load_rows<Arch, kIn>(p, src, row0, v);  // again, from cache
   for (int i = 0; i < kTileRowsPerThread; ++i) {
-    float v[kQuantElems];
-    if (row0 + i < p.m) {
-      Arch::template load8<kIn>(src + i * p.ldx_bytes, v);
-    } else {
-      for (int j = 0; j < kQuantElems; ++j) v[j] = 0.f;
-    }
-    for (int j = 0; j < kQuantElems; ++j) v[j] *= inv[j];
+    for (int j = 0; j < kQuantElems; ++j) v[i][j] *= inv[j];
     uint64_t row_codes;
-    Arch::store8(reinterpret_cast<uint8_t*>(&row_codes), v);
-    if (p.blocks && row0 + i < p.m) Arch::store8(p.q + (row0 + i) * p.k + col, v);
+    Arch::store8(reinterpret_cast<uint8_t*>(&row_codes), v[i]);
+    if (p.blocks && row0 + i < p.m) Arch::store8(p.q + (row0 + i) * p.k + col, v[i]);
     for (int j = 0; j < kQuantElems; ++j) column_codes[j] |= ((row_codes >> (8 * j)) & 0xffu) << (8 * i);
   }
   for (int j = 0; j < kQuantElems; ++j) {
