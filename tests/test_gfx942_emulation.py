@@ -20,7 +20,15 @@ import pytest
 import torch
 from conftest import cpu_tensors_play_a_gpu
 from fp8gemm import ops, registry, runtime
-from fp8gemm.protocol import GROUPED_ARGS, LAUNCH_ARGS, MOE_MIRRORS, PROTOCOL_VERSION, QUANTIZE_ARGS, WGRAD_ARGS
+from fp8gemm.protocol import (
+    GROUPED_ARGS,
+    LAUNCH_ARGS,
+    MOE_MIRRORS,
+    PROTOCOL_VERSION,
+    QUANTIZE_ARGS,
+    QUANTIZE_TRANSPOSED_ARGS,
+    WGRAD_ARGS,
+)
 from fp8gemm.reference import oracle
 from fp8gemm.testing import conformance
 from isa import ROOT, require_tool
@@ -141,7 +149,8 @@ def test_arguments_of_another_protocol_version_are_refused(emulator, mi300x):
         mi300x.launch(address)
     assert emulator.protocol_version() == PROTOCOL_VERSION
     sizes = {"launch": LAUNCH_ARGS.size, "quantize": QUANTIZE_ARGS.size, "grouped_launch": GROUPED_ARGS.size,
-             **{mirror.entry: mirror.size for mirror in MOE_MIRRORS}, "wgrad_launch": WGRAD_ARGS.size}  # fmt: skip
+             **{mirror.entry: mirror.size for mirror in MOE_MIRRORS}, "wgrad_launch": WGRAD_ARGS.size,
+             "quantize_transposed": QUANTIZE_TRANSPOSED_ARGS.size}  # fmt: skip
     assert emulator.args_sizes() == sizes
 
 

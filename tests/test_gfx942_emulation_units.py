@@ -138,6 +138,10 @@ def test_missing_barrier_reads_poisoned_lds(emulator):
         ("skips_one_of_two_barriers", r"work-item 5 .* disagree on which barrier"),
         ("barrier_without_fence", r"s_barrier without a preceding release fence"),
         ("divergent_mfma", r"lanes 0-31 wait at v_mfma_f32_32x32x16_fp8_fp8 but lanes 32-63 have returned"),
+        (
+            "mfma_with_lanes_at_a_barrier",
+            r"lanes 0-31 wait at v_mfma_f32_32x32x16_fp8_fp8 while lanes 32-63 went on to a barrier",
+        ),
     ],
 )
 def test_broken_discipline_is_reported(emulator, kernel, message):
@@ -176,3 +180,15 @@ def test_shfl_xor_max_over_16_lanes(emulator, early_exit):
     if early_exit:
         expected.view(-1, 64)[:, 48:] = -1
     assert torch.equal(out, expected)
+
+
+def test_shfl_xor_max_with_groups_gone_on_to_a_barrier(emulator):
+    """Lanes that left a loop for the barrier after it are inactive for the other groups' exchanges, as under EXEC
+    (the transposing quantizer's row loop at M): each 16-lane group g takes its maximum g % 4 times, then all meet."""
+    x = torch.randn(512, generator=torch.Generator().manual_seed(6))
+    out = torch.full((512,), -1, dtype=torch.int32)
+    emulator.run_selftest("max_over_16_lanes_with_groups_at_a_barrier", 2, 256, out, x.view(torch.int32))
+    expected = x.view(-1, 16).amax(dim=1).repeat_interleave(16)
+    rounds = torch.arange(512) // 16 % 4
+    expected[rounds == 0] = x[rounds == 0]
+    assert torch.equal(out, expected.view(torch.int32))

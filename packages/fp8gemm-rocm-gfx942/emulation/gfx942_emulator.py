@@ -198,7 +198,9 @@ class Emulator:
         f = QUANTIZE_TRANSPOSED_ARGS.unpack(args) if args else {}
         m, k, m_t = f.get("m", 0), f.get("k", 0), f.get("m_t", 0)
         strides = [f.get(name, -1) for name in ("scale_s0", "scale_s1", "scale_t_s0", "scale_t_s1")]
-        if m > 0 and k >= 128 and m_t >= m and min(strides) >= 0 and all(f[name] for name in ("q", "q_t", "scale", "scale_t")):
+        well_formed = m > 0 and k > 0 and k % 128 == 0 and m_t >= m and m_t % 16 == 0 and min(strides) >= 0
+        well_formed = well_formed and f["blocks"] in (0, 1) and (not f["blocks"] or m_t == m)
+        if well_formed and all(f[name] for name in ("q", "q_t", "scale", "scale_t")):  # else the entry refuses it
             ctypes.memset(f["q"], 0x80, m * k)
             ctypes.memset(f["q_t"], 0x80, k * m_t)
             row_blocks, k_blocks = -(-m_t // 128), k // 128

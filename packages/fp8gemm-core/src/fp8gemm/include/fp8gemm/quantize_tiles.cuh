@@ -14,6 +14,14 @@
 #include "fp8gemm/backend.hpp"
 #include "fp8gemm/quantize_rows.cuh"
 
+// The two passes' row loops fully unrolled, so a thread's rows stay in registers (without it gfx942's clang keeps them
+// in scratch memory); device compilers only, a host compiler may not know the pragma.
+#if defined(__CUDACC__) || defined(__HIP__)
+#define FP8GEMM_UNROLL_ROWS _Pragma("unroll")
+#else
+#define FP8GEMM_UNROLL_ROWS
+#endif
+
 namespace fp8gemm {
 
 constexpr int kTileRowsPerThread = 8;
@@ -73,6 +81,7 @@ FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int
   load_rows<Arch, kIn>(p, src, row0, v);  // every load issued before the first is used
   float col_amax[kQuantElems];
   for (int j = 0; j < kQuantElems; ++j) col_amax[j] = 0.f;
+  FP8GEMM_UNROLL_ROWS
   for (int i = 0; i < kTileRowsPerThread; ++i) {
     float r = 0.f;
     for (int j = 0; j < kQuantElems; ++j) {
@@ -118,6 +127,7 @@ FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int
   uint64_t column_codes[kQuantElems];  // byte i: row row0 + i of column col + j
   for (int j = 0; j < kQuantElems; ++j) column_codes[j] = 0;
   load_rows<Arch, kIn>(p, src, row0, v);  // again, from cache
+  FP8GEMM_UNROLL_ROWS
   for (int i = 0; i < kTileRowsPerThread; ++i) {
     for (int j = 0; j < kQuantElems; ++j) v[i][j] *= inv[j];
     uint64_t row_codes;
