@@ -66,7 +66,10 @@ CUtensorMap make_map_3d(const void* base, CUtensorMapDataType type, int elem_byt
   CUtensorMap map;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(groups)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld * elem_bytes), static_cast<cuuint64_t>(group_ld * elem_bytes)};
+  // One group: its stride is never applied, but the encoder still wants it a multiple of 16 bytes (a [1, M, K/128]
+  // view of quantize_activation's scales has M floats there).
+  const int64_t group_bytes = groups > 1 ? group_ld * elem_bytes : (rows * ld * elem_bytes + 15) / 16 * 16;
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld * elem_bytes), static_cast<cuuint64_t>(group_bytes)};
   const cuuint32_t box[3] = {box_cols, box_rows, 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUresult r = encode_fn()(&map, type, 3, const_cast<void*>(base), dims, strides, box, elem_strides,

@@ -79,10 +79,17 @@ GPU_SHAPES = [
 ]  # fmt: skip
 
 
-# Rows in no group read as zeros from the functional call, every masked_m from 0 to M_max.
+# Rows in no group read as zeros from the functional call, every masked_m from 0 to M_max. Then one group with an odd
+# M_max and the quantizer's scales viewed as [1, M_max, K/128]: a group stride of M_max floats, which no kernel applies
+# but a tensor map must still accept (as every stride it is handed: a multiple of 16 bytes).
 EXTRA_CASES = [
     GroupedCase("masked", _permuted(9, 2), 32, 384, m_max=8, col_major_scales=True, preallocated_out=False),
     GroupedCase("masked", _permuted(5, 3), 16, 128, m_max=4, out_dtype=torch.float32, preallocated_out=False),
+    GroupedCase("masked", (5,), 16, 128, m_max=7, prepared=True),
+    GroupedCase("masked", (7,), 272, 384, m_max=7, prepared=True, out_dtype=torch.float32),
+    GroupedCase("masked", (1,), 48, 256, m_max=1, prepared=True, preallocated_out=False),
+    GroupedCase("masked", (3,), 144, 128, m_max=3, prepared=True),
+    GroupedCase("offs", (7,), 16, 256, prepared=True),
 ]
 
 
