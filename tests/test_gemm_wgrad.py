@@ -84,8 +84,6 @@ ERRORS = [
     ),
     ("accumulate-bf16-out", dict(accumulate=True, out="bf16"), TypeError, "accumulate=True needs a torch.float32 out"),
     ("accumulate-out-shape", dict(accumulate=True, out="shape"), ValueError, r"out must be \[M, N\] = \[64, 48\]"),
-    ("per-row-bf16", dict(), TypeError, r"b_scale is per row \(\[N, K/128\].*out_dtype=torch.float32"),
-    ("per-row-bf16-out", dict(out="bf16"), TypeError, "b_scale is per row"),
     ("per-row-wrong-k", dict(out_dtype=torch.float32, b_scale="k"), ValueError, r"b_scale must be \[N, K/128\]"),
 ]
 
@@ -149,3 +147,16 @@ def test_backends_fast_paths_never_see_the_per_row_form(fake_site, fake_gpu, mon
 
     fp8gemm.gemm(a, block_b, a_scale, block_scale, out=out, backend="hopper")
     assert native_calls == ["gemm"] and [call["name"] for call in launches] == ["hopper"]
+
+
+@pytest.mark.parametrize("out_given", [False, True], ids=["returned", "out="])
+def test_per_row_form_in_bf16_is_the_float32_product_rounded_once(out_given):
+    """A bf16 weight's gradient straight from the GEMM: bit for bit the float32 result cast to bf16."""
+    a, b, a_scale, b_scale = _operands(97, 200, 144, 384)
+    want = fp8gemm.gemm(a, b, a_scale, b_scale, out_dtype=torch.float32).bfloat16()
+    if out_given:
+        out = torch.full((200, 144), float("nan"), dtype=torch.bfloat16)
+        assert fp8gemm.gemm(a, b, a_scale, b_scale, out=out) is out
+    else:
+        out = fp8gemm.gemm(a, b, a_scale, b_scale)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, want)

@@ -144,7 +144,8 @@ def test_arguments_of_another_protocol_version_are_refused(emulator, mi300x):
     address = LAUNCH_ARGS.pack(*[0] * len(LAUNCH_ARGS.fields))
     ctypes.c_uint32.from_address(address).value = PROTOCOL_VERSION + 1
     with pytest.raises(
-        gfx942_emulator.EmulationError, match=r"launch: arguments of protocol version 2 .*reads version 1"
+        gfx942_emulator.EmulationError,
+        match=rf"launch: arguments of protocol version {PROTOCOL_VERSION + 1} .*reads version {PROTOCOL_VERSION}",
     ):
         mi300x.launch(address)
     assert emulator.protocol_version() == PROTOCOL_VERSION

@@ -16,7 +16,7 @@ import fp8gemm
 import pytest
 import test_gfx942_emulation
 import torch
-from fp8gemm.protocol import LAUNCH_ARGS, OUT_FP32, PROTOCOL_VERSION, WGRAD_ARGS
+from fp8gemm.protocol import LAUNCH_ARGS, OUT_BF16, OUT_FP32, PROTOCOL_VERSION, WGRAD_ARGS
 from fp8gemm.reference import BLOCK, reference_quantize
 from fp8gemm.testing.conformance import relative_error
 
@@ -65,11 +65,11 @@ class Operands:
     def want(self) -> torch.Tensor:
         return _float64_product(self.a, self.b, self.a_scale, self.b_scale)
 
-    def wgrad(self, backend, accumulate: bool) -> None:
+    def wgrad(self, backend, accumulate: bool, out_kind: int = OUT_FP32) -> None:
         backend.wgrad_launch(WGRAD_ARGS.pack(
             self.a.data_ptr(), self.b.data_ptr(), self.sa.data_ptr(), self.sb.data_ptr(), self.out.data_ptr(), 0,
             self.m, self.n, self.k, self.a.stride(0), self.b.stride(0), self.out.stride(0), self.sa_ld, self.sb_ld,
-            int(accumulate), 0,
+            int(accumulate), out_kind, 0,
         ))  # fmt: skip
 
     def guard_intact(self) -> bool:
@@ -131,16 +131,33 @@ def test_per_row_scales_repeated_from_blocks_give_the_forward_kernels_bits(emula
     assert torch.equal(ops.out, forward)
 
 
+@pytest.mark.parametrize("m, n, k", [(33, 144, 384), (1, 16, 128)])
+def test_bf16_out_is_the_float32_product_rounded_once(emulator, m, n, k):
+    """out_kind bf16 (a bf16 weight's gradient): the fp32 result rounded once, inside the NaN guard."""
+    backend = emulator.backend()
+    ops = Operands(6600 + m, m, n, k)
+    ops.wgrad(backend, accumulate=False)
+    want = ops.out.bfloat16()
+    guarded = torch.full((m + 2 * GUARD_ROWS, n + GUARD_COLS), float("nan"), dtype=torch.bfloat16)
+    ops.guarded, ops.out = guarded, guarded[GUARD_ROWS : GUARD_ROWS + m, :n]
+    ops.wgrad(backend, accumulate=False, out_kind=OUT_BF16)
+    assert torch.equal(ops.out, want) and ops.guard_intact()
+    with pytest.raises(gfx942_emulator.EmulationError, match="out_kind must be fp32, or bf16 without accumulate"):
+        ops.wgrad(backend, accumulate=True, out_kind=OUT_BF16)
+
+
 def test_the_entry_refuses_what_the_protocol_rules_out(emulator):
     backend = emulator.backend()
     ops = Operands(6400, 32, 48, 256)
     with pytest.raises(gfx942_emulator.EmulationError, match="wgrad_launch: m >= 1, n a positive multiple of 16"):
         backend.wgrad_launch(WGRAD_ARGS.pack(ops.a.data_ptr(), ops.b.data_ptr(), ops.sa.data_ptr(), ops.sb.data_ptr(),
                                              ops.out.data_ptr(), 0, 32, 40, 256, ops.a.stride(0), ops.b.stride(0),
-                                             ops.out.stride(0), ops.sa_ld, ops.sb_ld, 0, 0))  # fmt: skip
+                                             ops.out.stride(0), ops.sa_ld, ops.sb_ld, 0, OUT_FP32, 0))  # fmt: skip
     address = WGRAD_ARGS.pack(*[0] * len(WGRAD_ARGS.fields))
     ctypes.c_uint32.from_address(address).value = PROTOCOL_VERSION + 1
-    with pytest.raises(gfx942_emulator.EmulationError, match=r"wgrad_launch: arguments of protocol version 2"):
+    with pytest.raises(
+        gfx942_emulator.EmulationError, match=rf"wgrad_launch: arguments of protocol version {PROTOCOL_VERSION + 1}"
+    ):
         backend.wgrad_launch(address)
 
 

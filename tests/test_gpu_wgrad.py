@@ -2,7 +2,8 @@
 product of the same FP8 operands: both compiled kernels (sm90a_kernel_shapes.py WGRAD_KERNEL_SHAPES: M and N tails,
 K block counts below and above the unrolled loop's, an odd N block count for the 256-row pairs), written into a
 NaN-poisoned out inside a NaN guard, added into a non-zero out (the rows a short last M block recomputes must not be
-added twice), accumulate into zeros bit for bit equal to the plain product, the per-block accumulate, and
+added twice), accumulate into zeros bit for bit equal to the plain product, bf16 output bit for bit the float32 one
+rounded, the per-block accumulate, and
 fp8gemm.training.linear's dW over a token count that is not a multiple of 128 (the quantizer's zero-padded last block).
 
 Skipped without a GPU or without fp8gemm-cuda-sm90a; on an H100/H200:
@@ -79,7 +80,14 @@ def test_every_wgrad_kernel_against_float64(shape):
 
     zeros = torch.zeros(m, n, device="cuda")
     fp8gemm.gemm(a, b, a_scale, b_scale, out=zeros, accumulate=True, backend="sm90a")
-    assert torch.equal(zeros, fp8gemm.gemm(a, b, a_scale, b_scale, out_dtype=torch.float32, backend="sm90a"))
+    plain = fp8gemm.gemm(a, b, a_scale, b_scale, out_dtype=torch.float32, backend="sm90a")
+    assert torch.equal(zeros, plain)
+
+    # bf16 out (a bf16 weight's gradient): the float32 product rounded once, into a guarded, NaN-poisoned buffer
+    whole16 = torch.full((m + 2 * GUARD, n + GUARD), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out16 = whole16[GUARD : GUARD + m, :n]
+    fp8gemm.gemm(a, b, a_scale, b_scale, out=out16, backend="sm90a")
+    assert torch.equal(out16, plain.bfloat16()) and _guard_intact(whole16, m, n)
 
 
 def test_accumulate_with_per_block_scales_runs_the_kernel():

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import cpu_tensors_play_a_gpu
 from fp8gemm import registry
-from fp8gemm.protocol import K_MAJOR, LAUNCH_ARGS, MN_MAJOR, OUT_FP32, WGRAD_ARGS, Backend, ScaleLayout
+from fp8gemm.protocol import K_MAJOR, LAUNCH_ARGS, MN_MAJOR, OUT_BF16, OUT_FP32, WGRAD_ARGS, Backend, ScaleLayout
 from fp8gemm.reference import oracle
 from fp8gemm.testing.conformance import relative_error
 from test_gemm_wgrad import FP32_TOLERANCE, _float64_product, _operands
@@ -61,8 +61,9 @@ class FakeWgrad:
         b = _view(f["b"], torch.float8_e4m3fn, n, k, f["ldb"], 1)
         sa = _scale_view(f["a_scale"], A_LAYOUT, m, k // 128, f["a_scale_ld"])
         sb = _scale_view(f["b_scale"], WGRAD_B_LAYOUT, n, k // 128, f["b_scale_ld"])
-        out = _view(f["out"], torch.float32, m, n, f["ldo"], 1)
-        product = oracle(a, b, sa, sb)
+        dtype = torch.float32 if f["out_kind"] == OUT_FP32 else torch.bfloat16
+        out = _view(f["out"], dtype, m, n, f["ldo"], 1)
+        product = oracle(a, b, sa, sb).float()  # the fp32 product, rounded once for a bf16 out
         out.copy_(out.double() + product if f["accumulate"] else product)
 
     def backend(self) -> Backend:
@@ -154,13 +155,23 @@ def test_a_backend_without_the_entry_keeps_the_reference_and_the_add(gpu):
     assert relative_error(out, start.double() + oracle(a, block_b, a_scale, block_scale)) < FP32_TOLERANCE
 
 
+def test_bf16_output_is_the_entrys_float32_product_rounded_once(gpu):
+    """A per-row b_scale with a bf16 output (a bf16 weight's gradient) is one launch with out_kind OUT_BF16; the
+    accumulating form stays float32 only."""
+    fake = FakeWgrad()
+    gpu(fake)
+    a, b, a_scale, b_scale = _operands(83, 64, 48, 256)
+    got = fp8gemm.gemm(a, b, a_scale, b_scale)  # bf16 by default
+    assert got.dtype == torch.bfloat16 and fake.entries() == ["wgrad_launch"]
+    assert fake.calls[0]["out_kind"] == OUT_BF16 and fake.calls[0]["accumulate"] == 0
+    assert torch.equal(got, fp8gemm.gemm(a, b, a_scale, b_scale, out_dtype=torch.float32).bfloat16())
+
+
 def test_no_tokens_and_errors_never_reach_the_entry(gpu):
     fake = FakeWgrad()
     gpu(fake)
     a, b, a_scale, b_scale = _operands(81, 64, 48, 256)
     assert fp8gemm.gemm(a[:0], b, a_scale[:0], b_scale, out_dtype=torch.float32).shape == (0, 48)
-    with pytest.raises(TypeError, match="b_scale is per row"):
-        fp8gemm.gemm(a, b, a_scale, b_scale)  # bf16 output
     with pytest.raises(TypeError, match="accumulate=True needs a torch.float32 out"):
         fp8gemm.gemm(a, b, a_scale, b_scale, out=torch.zeros(64, 48, dtype=torch.bfloat16), accumulate=True)
     out = torch.zeros(64, 48, requires_grad=True)

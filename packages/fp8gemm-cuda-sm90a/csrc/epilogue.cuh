@@ -124,7 +124,8 @@ __device__ __forceinline__ void epilogue_tma(const CUtensorMap* map_out, uint8_t
   if (issuer) store_warpgroup_tile<C, kBlockN, kSub>(map_out, buf, p, tile.row0, n_first, warpgroup, tile.a_group);
 }
 
-// fp32 output, split-K partials, narrow bf16 tiles, weight-gradient tiles (fp32, added into out with p.accumulate):
+// fp32 output, split-K partials, narrow bf16 tiles, weight-gradient tiles (fp32, added into out with p.accumulate, or
+// bf16):
 // direct stores. N % 16 == 0, so an 8-column group is
 // wholly inside N or wholly outside.
 template <class C>
@@ -145,7 +146,7 @@ __device__ __forceinline__ void epilogue_direct(const Params& p, const Tile& til
       // Only the rows of this tile's own M block: the last block starts early (scheduler.cuh tile_at), and its rows of
       // the block before, recomputed, must not be added into out twice.
       if (row >= p.m || row < tile.m_block * C::kBlockM) continue;
-      row_f32 = static_cast<float*>(p.out) + row * p.ldo, row_bf16 = nullptr;
+      row_f32 = static_cast<float*>(p.out) + row * p.ldo, row_bf16 = static_cast<__nv_bfloat16*>(p.out) + row * p.ldo;
     } else {
       if (row >= p.m) continue;
       row_f32 = p.partial ? p.partial + (int64_t(tile.split) * p.m + row) * p.n : static_cast<float*>(p.out) + row * p.ldo;
@@ -161,6 +162,10 @@ __device__ __forceinline__ void epilogue_direct(const Params& p, const Tile& til
       // ptxas give every running total the register parity of its wgmma accumulator, so each
       // promotion FFMA read two operands from one register bank.
       if constexpr (C::kWgrad) {
+        if (!p.out_fp32) {  // bf16 (never with accumulate): the fp32 product rounded once
+          *reinterpret_cast<__nv_bfloat162*>(row_bf16 + col) = __floats2bfloat162_rn(x, y);
+          continue;
+        }
         row_f32[col] = p.accumulate ? row_f32[col] + x : x;
         row_f32[col + 1] = p.accumulate ? row_f32[col + 1] + y : y;
         continue;

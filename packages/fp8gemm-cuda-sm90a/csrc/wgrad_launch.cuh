@@ -73,6 +73,8 @@ void wgrad_launch(const fp8gemm::WgradArgs& args) {
   if (args.m < 1 || args.n < 16 || args.n % 16 || args.k < kBlockK || args.k % kBlockK || args.m >= (int64_t(1) << 31) ||
       args.n >= (int64_t(1) << 31) || args.k >= (int64_t(1) << 31))
     kDevices.fail("wgrad_launch: m >= 1, n a positive multiple of 16 and k of 128, each below 2^31, are required");
+  if (args.out_kind != fp8gemm::kOutFP32 && (args.out_kind != fp8gemm::kOutBF16 || args.accumulate))
+    kDevices.fail("wgrad_launch: out_kind must be fp32, or bf16 without accumulate");
   const int dev = kDevices.current();
   const WgradPlan plan = wgrad_plan_for(args.m, args.n, args.k, kDevices.sm_count(dev));
   Params p{};
@@ -80,7 +82,7 @@ void wgrad_launch(const fp8gemm::WgradArgs& args) {
   p.b_scale = reinterpret_cast<const float*>(args.b_scale);
   p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
   p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
-  p.out_fp32 = 1, p.accumulate = args.accumulate != 0;
+  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32, p.accumulate = args.accumulate != 0;
   p.kb_per_split = p.k / kBlockK, p.splits = 1, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
   launch_wgrad_index(wgrad_tile_index(plan.tile), args, p, plan, reinterpret_cast<cudaStream_t>(args.stream), dev,
                      std::make_integer_sequence<int, kWgradTileCount>());

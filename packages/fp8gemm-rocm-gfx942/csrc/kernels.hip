@@ -40,7 +40,7 @@ __global__ __attribute__((amdgpu_flat_work_group_size(kThreads, kThreads))) void
 
 // The weight-gradient GEMM (fp8gemm/training_entries.hpp): B scales per row of b, MN-major (b_scale[kb * sb_ld + column],
 // 1 x 128 along K on both operands), each column promoted with its own (tile.hpp kColumns); every K block in one
-// workgroup (no split), fp32 out, written or with `accumulate` added into.
+// workgroup (no split), fp32 out written or with `accumulate` added into, or bf16 out written.
 template <int WM, int WN, int TM, int TN>
 __global__ __attribute__((amdgpu_flat_work_group_size(kThreads, kThreads))) void wgrad_kernel(const Params p, int accumulate) {
   using C = Cfg<WM, WN, TM, TN>;
@@ -55,10 +55,10 @@ __global__ __attribute__((amdgpu_flat_work_group_size(kThreads, kThreads))) void
 
   TileAcc<C> total;
   tile_mainloop<C, true>(t, lds, total);
-  float* out = static_cast<float*>(p.out);
   tile_store<C>(total, t.row0, p.m, t.n0, p.n, [&](int row, int col, float x) {
-    float& o = out[int64_t(row) * p.ldo + col];
-    o = accumulate ? o + x : x;
+    if (!accumulate) return store_out(p.out, p.ldo, p.out_fp32, row, col, x);  // fp32, or bf16 rounded once
+    float& o = static_cast<float*>(p.out)[int64_t(row) * p.ldo + col];
+    o += x;
   });
 }
 

@@ -69,7 +69,10 @@ void wgrad_launch(const fp8gemm::WgradArgs& args) {
   p.out = reinterpret_cast<void*>(args.out);
   p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
   p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
-  p.out_fp32 = 1, p.kb_per_split = g.kb_per_split;
+  if (args.out_kind != fp8gemm::kOutFP32 && (args.out_kind != fp8gemm::kOutBF16 || args.accumulate))
+    throw std::invalid_argument(std::string(kPackage) + ": wgrad_launch: out_kind must be fp32, or bf16 without "
+                                "accumulate");
+  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32, p.kb_per_split = g.kb_per_split;
   check(enqueue_wgrad(p, g, args.accumulate != 0, reinterpret_cast<void*>(args.stream)), "weight-gradient kernel launch");
 }
 

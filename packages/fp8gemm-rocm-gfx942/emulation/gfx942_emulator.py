@@ -157,12 +157,13 @@ class Emulator:
         """``fp8gemm.protocol.WgradFn`` on the emulator; returns when the kernel has finished. Without ``accumulate``
         the output is poisoned first (NaN), so an element the kernel never writes cannot match by luck; with it, out
         holds what the caller put there, which the kernel must add to."""
-        from fp8gemm.protocol import WGRAD_ARGS
+        from fp8gemm.protocol import OUT_FP32, WGRAD_ARGS
 
         f = WGRAD_ARGS.unpack(args) if args else {}
         m, n, ldo = f.get("m", 0), f.get("n", 0), f.get("ldo", 0)
         if f.get("out") and m > 0 and n > 0 and ldo >= n and not f["accumulate"]:
-            ctypes.memset(f["out"], 0xFF, 4 * ((m - 1) * ldo + n))
+            itemsize = 4 if f["out_kind"] == OUT_FP32 else 2  # bf16 out: NaN is 0xffff too
+            ctypes.memset(f["out"], 0xFF, itemsize * ((m - 1) * ldo + n))
         self.wgrad_launches += 1
         if self.kernels.fp8gemm_gfx942_emu_wgrad_launch(args):
             raise EmulationError(self._error())

@@ -48,16 +48,16 @@ def run_gemm(plan: GemmPlan, a, b, out) -> torch.Tensor:
 
 
 def run_wgrad(plan: WgradPlan, a, b, out, accumulate: bool = False) -> torch.Tensor:
-    """``out`` (float32, allocated when None) <- the planned weight-gradient GEMM of ``a`` [M, K] and ``b`` [N, K] on
-    the backend's ``wgrad_launch``, or with ``accumulate`` the product added into ``out``, in one launch."""
-    backend, m, n, k, lda, ldb, a_scale, a_scale_ld, b_scale, b_scale_ld, dev, elsewhere = plan
+    """``out`` (the plan's dtype, allocated when None) <- the planned weight-gradient GEMM of ``a`` [M, K] and ``b``
+    [N, K] on the backend's ``wgrad_launch``, or with ``accumulate`` the product added into ``out``, in one launch."""
+    backend, m, n, k, lda, ldb, a_scale, a_scale_ld, b_scale, b_scale_ld, out_dtype, dev, elsewhere = plan
     if out is None:
-        out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+        out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     stream = runtime.raw_stream(dev)
     workspace = runtime.scratch(backend.wgrad_workspace_bytes(m, n, k), out.device, stream)
     address = _pack_wgrad(a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(),
                           workspace, m, n, k, lda, ldb, out.stride(0), a_scale_ld, b_scale_ld, int(accumulate),
-                          stream)  # fmt: skip
+                          runtime.out_kind(out.dtype), stream)  # fmt: skip
     if elsewhere:
         runtime.call_on_device(backend.wgrad_launch, address, dev)
     else:

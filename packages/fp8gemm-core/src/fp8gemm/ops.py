@@ -54,7 +54,7 @@ def gemm(
     a: FP8 [M, K] (activations), b: FP8 [N, K] (the nn.Linear weight), both K-contiguous.
     a_scale: fp32 [M, K/128]; b_scale: fp32 [ceil(N/128), K/128]; either row- or column-major.
     b_scale may instead be per row, fp32 [N, K/128] (``b_scale[n, k // 128]``: the weight-gradient, "1D1D" form);
-    it needs a float32 output and runs the backend's weight-gradient entry where it has one, else the reference.
+    it runs the backend's weight-gradient entry where it has one, else the reference.
     out_dtype: torch.bfloat16 (default) or torch.float32; ``out=`` is written in place, or with
     ``accumulate=True`` (a float32 ``out`` only) the product is added to it.
     backend: a backend name or "reference"; default ``$FP8GEMM_BACKEND``, else the best fit for the

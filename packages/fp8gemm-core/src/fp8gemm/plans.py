@@ -51,8 +51,8 @@ class GemmPlan(NamedTuple):
 
 class WgradPlan(NamedTuple):
     """One checked weight-gradient GEMM for the backend's ``wgrad_launch``: ``out[m, n] (+)= a[m, k] @ b[n, k].T`` with
-    1x128 scales along K on both operands, float32 out (the per-row ``b_scale`` form, or a per-block one repeated onto
-    its rows for ``accumulate=True``)."""
+    1x128 scales along K on both operands, float32 or bf16 out (the per-row ``b_scale`` form, or a per-block one
+    repeated onto its rows for ``accumulate=True``, float32 then)."""
 
     backend: object  # a Backend with wgrad_launch
     m: int
@@ -64,6 +64,7 @@ class WgradPlan(NamedTuple):
     a_scale_ld: int
     b_scale: torch.Tensor  # [N, K/128], in the backend's wgrad_b_scale_layout
     b_scale_ld: int
+    out_dtype: torch.dtype  # float32, or bfloat16 (not with accumulate)
     device: int
     elsewhere: bool
 
@@ -171,7 +172,7 @@ def checked_gemm_plan(
     (m, k), n = a.shape, b.shape[0]
     per_row = per_row_scale(b, b_scale)
     if (per_row or accumulate) and m and getattr(backend, "wgrad_launch", None) is not None:
-        return _wgrad_plan(backend, a, b, a_scale, b_scale if per_row else b_scale_rows(b_scale, n))
+        return _wgrad_plan(backend, a, b, a_scale, b_scale if per_row else b_scale_rows(b_scale, n), dtype)
     if per_row:  # the backend has no weight-gradient entry (LaunchArgs has no per-row B scale)
         backend = REFERENCE
     if backend is REFERENCE or not m:
@@ -183,7 +184,7 @@ def checked_gemm_plan(
     return GemmPlan(backend, m, n, k, *lds, a_scale, a_scale_ld, b_scale, b_scale_ld, dtype, dev, switch)
 
 
-def _wgrad_plan(backend, a, b, a_scale, b_scale) -> WgradPlan:
+def _wgrad_plan(backend, a, b, a_scale, b_scale, out_dtype) -> WgradPlan:
     """The checked operands (M > 0) planned on ``backend.wgrad_launch``: the scales conformed to its layouts (a copy
     where they differ, as for the forward's activation scales)."""
     (m, k), n = a.shape, b.shape[0]
@@ -191,7 +192,8 @@ def _wgrad_plan(backend, a, b, a_scale, b_scale) -> WgradPlan:
     b_scale, b_scale_ld = conform_scale(b_scale, backend.wgrad_b_scale_layout)
     dev = runtime.device_index(a)
     switch = runtime.switch_needed(dev)
-    return WgradPlan(backend, m, n, k, a.stride(0), b.stride(0), a_scale, a_scale_ld, b_scale, b_scale_ld, dev, switch)
+    lds = (a.stride(0), b.stride(0))
+    return WgradPlan(backend, m, n, k, *lds, a_scale, a_scale_ld, b_scale, b_scale_ld, out_dtype, dev, switch)
 
 
 def weight_lds(found: runtime.FastBackend, b, b_scale, k: int, dev: int):

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 ENTRY_POINT_GROUP = "fp8gemm.backends"
-PROTOCOL_VERSION = 1  # fp8gemm/backend.hpp's kProtocolVersion
+PROTOCOL_VERSION = 2  # fp8gemm/backend.hpp's kProtocolVersion
 
 
 class ArgsMirror:
@@ -86,7 +86,7 @@ MOE_MIRRORS = (MOE_ROUTE_ARGS, MOE_ACTIVATION_ARGS, MOE_COMBINE_ARGS)
 WGRAD_ARGS = ArgsMirror(
     "wgrad_launch",
     "a:Q b:Q a_scale:Q b_scale:Q out:Q workspace:Q m:q n:q k:q lda:q ldb:q ldo:q a_scale_ld:q b_scale_ld:q "
-    "accumulate:i stream:Q",
+    "accumulate:i out_kind:i stream:Q",
 )
 QUANTIZE_TRANSPOSED_ARGS = ArgsMirror(
     "quantize_transposed",
@@ -196,14 +196,15 @@ are clamped, never read or written outside the tensors.
 
 WgradFn = Callable[[int], None]
 """``wgrad_launch(WGRAD_ARGS.pack(a, b, a_scale, b_scale, out, workspace, m, n, k, lda, ldb, ldout, a_scale_ld,
-b_scale_ld, accumulate, stream))``: the weight-gradient GEMM, both operands with 1x128 scales along the contracted K
+b_scale_ld, accumulate, out_kind, stream))``: the weight-gradient GEMM, both operands with 1x128 scales along the contracted K
 (the tokens), ``out[m, n] (+)= sum_k a[m, k] b[n, k] a_scale[m, k // 128] b_scale[n, k // 128]``.
 
 * ``a``, ``b``, ``workspace``, ``stream``: as for :data:`LaunchFn` (``workspace``: ``wgrad_workspace_bytes(m, n, k)``).
 * ``a_scale``: fp32 [m, k/128] in the backend's ``a_scale_layout``; ``b_scale``: fp32 [n, k/128], one per row of
   ``b``, in its ``wgrad_b_scale_layout``; leading dimensions ``a_scale_ld`` / ``b_scale_ld``.
-* ``out``: fp32 [m, n], element (i, j) at ``out + (i * ldout + j) * 4``. ``accumulate`` 0 writes it, 1 adds the
-  product (computed in fp32 first) into what it holds.
+* ``out``: [m, n], ``out_kind`` ``OUT_FP32`` or ``OUT_BF16`` (the fp32 product rounded once), element (i, j) at
+  ``out + (i * ldout + j) * itemsize``. ``accumulate`` 0 writes it, 1 adds the product (computed in fp32 first) into
+  what it holds (``OUT_FP32`` only).
 
 Guarantees as for ``launch`` (k a multiple of 128: the training quantizers zero-pad a token count that is not);
 asynchronous like it. Optional: without it (or for operands outside its layouts) the core runs the reference.

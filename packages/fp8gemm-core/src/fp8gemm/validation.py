@@ -137,13 +137,7 @@ def check_inputs(a, b, a_scale, b_scale, out, out_dtype, fp8_dtype: str | None, 
     per_row = per_row_scale(b, b_scale)
     check_weight(b, b_scale, k, (b_name, b_scale_name), per_row)
     _check_rows_layout(a_name, a, k)
-    dtype = _check_out(out, out_dtype, a, m, b.shape[0])
-    if per_row and dtype != torch.float32:
-        raise TypeError(
-            f"{b_scale_name} is per row ([N, K/128], the weight-gradient form), which needs a float32 output, but the "
-            f"output is {dtype}; pass out_dtype=torch.float32 (or a float32 out=) and cast the result after"
-        )
-    return dtype
+    return _check_out(out, out_dtype, a, m, b.shape[0])
 
 
 def check_accumulate(out, accumulate: bool) -> None:

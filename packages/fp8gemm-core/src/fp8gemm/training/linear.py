@@ -5,8 +5,8 @@ block, one ``fp8gemm.gemm``: the bits of ``fp8gemm.linear(x, *quantize_weight(W)
 the FP8 x^T and W^T with their scales, not the high-precision x. Backward, with dY quantized with its transpose:
 
 * dX = dY @ W: ``gemm(dY [M, N], W^T [K, N])``, 1x128 by 128x128 scales (the inference form), contracting over N;
-* dW = dY^T @ X: ``gemm(dY^T [N, M_pad], X^T [K, M_pad])``, 1x128 scales on both (the per-row "1D1D" form, float32
-  output), contracting over the tokens, then cast to the weight's dtype;
+* dW = dY^T @ X: ``gemm(dY^T [N, M_pad], X^T [K, M_pad])``, 1x128 scales on both (the per-row "1D1D" form),
+  contracting over the tokens, in the weight's dtype (bf16 from the GEMM itself; float32 cast to fp16);
 * dbias = dY summed over the tokens.
 """
 
@@ -88,8 +88,10 @@ class _Fp8LinearFunction(torch.autograd.Function):
             dx = dx.to(ctx.x_dtype).view(ctx.x_shape)
         if need_w:
             if dy2d.shape[0]:
-                dw = gemm(dq.q_t, x_q_t, dq.scale_t, x_scale_t, out_dtype=torch.float32, backend=ctx.backend)
-                dw = dw.to(ctx.weight_dtype)
+                # a bf16 weight's gradient straight from the GEMM (the float32 product rounded once), else float32
+                wgrad_dtype = torch.bfloat16 if ctx.weight_dtype is torch.bfloat16 else torch.float32
+                dw = gemm(dq.q_t, x_q_t, dq.scale_t, x_scale_t, out_dtype=wgrad_dtype, backend=ctx.backend)
+                dw = dw if dw.dtype is ctx.weight_dtype else dw.to(ctx.weight_dtype)
             else:  # no tokens: nothing to contract (the GEMM needs K > 0)
                 dw = dy2d.new_zeros((n, k), dtype=ctx.weight_dtype)
         if need_bias:

@@ -8,7 +8,7 @@ namespace fp8gemm {
 
 // The protocol's version: every entry reads its arguments as one struct behind a {version, size} header
 // (Wire below) at an address the core passes, and the core refuses an arch package built for another version.
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
 
 enum OutKind : int { kOutBF16 = 0, kOutFP32 = 1 };
 enum InKind : int { kInBF16 = 0, kInFP16 = 1, kInFP32 = 2 };
@@ -103,14 +103,16 @@ struct MoeCombineArgs {
 // 1 x 128 scales along the contracted dim K (the tokens), "1D1D":
 //   out[m, n] (+)= sum_k a[m, k] * b[n, k] * a_scale[m, k / 128] * b_scale[n, k / 128]
 // a [m, k] and b [n, k] FP8 (row strides lda, ldb); a_scale [m, k/128] in the backend's a_scale_layout (leading
-// dimension a_scale_ld), b_scale [n, k/128] per row of b in its wgrad_b_scale_layout (b_scale_ld); out fp32 [m, n]
-// (row stride ldo); accumulate 0 writes out, 1 adds the product into it (out += product, the product in fp32 first).
+// dimension a_scale_ld), b_scale [n, k/128] per row of b in its wgrad_b_scale_layout (b_scale_ld); out [m, n] (row
+// stride ldo) fp32 or bf16 (out_kind); accumulate 0 writes out, 1 adds the product into it (out += product, the product
+// in fp32 first; fp32 out only).
 // `workspace` holds the backend's wgrad_workspace_bytes(m, n, k) bytes. Guarantees as for LaunchArgs (k is a multiple
 // of 128: a token count that is not is zero-padded by the caller, fp8gemm.training.quantize_with_transpose).
 struct WgradArgs {
   uintptr_t a, b, a_scale, b_scale, out, workspace;
   int64_t m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld;
   int accumulate;
+  int out_kind;  // OutKind: kOutFP32, or kOutBF16 (the product rounded once, for a bf16 weight's gradient)
   uintptr_t stream;
 };
 
