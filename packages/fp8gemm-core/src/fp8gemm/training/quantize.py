@@ -79,28 +79,53 @@ def _scale_t_layout(backend) -> ScaleLayout:
     return ScaleLayout(MN_MAJOR, math.lcm(backend.a_scale_layout.ld_multiple, b_layout.ld_multiple))
 
 
+class _Plan(NamedTuple):
+    """What one (device, backend, FP8 dtype, form) decides, looked up once: the FP8 dtype, the two scale layouts (None:
+    row-major) and the backend whose transposing kernel runs (None: the reference)."""
+
+    fp8_dtype: torch.dtype
+    layouts: tuple
+    kernel: object
+
+
+_plans: dict[tuple, _Plan] = {}
+registry.on_refresh(_plans.clear)
+
+
+def _plan(device: torch.device, fp8_dtype: torch.dtype | None, blocks: bool, backend: str | None) -> _Plan:
+    key = (device, fp8_dtype, blocks, runtime.requested_backend(backend))
+    found = _plans.get(key)
+    if found is None:
+        chosen, default_dtype, _ = registry.backend_defaults(device, key[3])
+        dtype = fp8_dtype or default_dtype
+        check_fp8_dtype(dtype)
+        if chosen is None:
+            layouts = (None, None)
+        elif blocks:
+            layouts = (chosen.b_scale_layout, chosen.b_scale_layout)
+        else:
+            layouts = (chosen.a_scale_layout, _scale_t_layout(chosen))
+        takes = chosen is not None and chosen.quantize_transposed is not None
+        found = _plans[key] = _Plan(
+            dtype, layouts, chosen if takes and dtype is getattr(torch, chosen.fp8_dtype) else None
+        )
+    return found
+
+
 def _outputs(x: torch.Tensor, fp8_dtype: torch.dtype | None, blocks: bool, backend: str | None):
     """Empty outputs of one call on ``x`` (q, scale, q_t, scale_t, in the layouts of the backend for x's device) and
     that backend when its transposing kernel takes the call (else None)."""
-    chosen, default_dtype, _ = registry.backend_defaults(x.device, backend or None)
-    fp8_dtype = fp8_dtype or default_dtype
-    check_fp8_dtype(fp8_dtype)
+    plan = _plan(x.device, fp8_dtype, blocks, backend)
     k = x.shape[-1]
     m = x.numel() // k
     m_t = m if blocks else padded_rows(m)
     rows = -(-m_t // BLOCK)
-    if chosen is None:
-        layouts = (None, None)
-    elif blocks:
-        layouts = (chosen.b_scale_layout, chosen.b_scale_layout)
-    else:
-        layouts = (chosen.a_scale_layout, _scale_t_layout(chosen))
-    scale, _ = runtime.empty_scale(rows if blocks else m, k // BLOCK, layouts[0], x.device)
-    scale_t, _ = runtime.empty_scale(k // BLOCK if blocks else k, rows, layouts[1], x.device)
-    q = x.new_empty((m, k), dtype=fp8_dtype)
-    q_t = x.new_empty((k, m_t), dtype=fp8_dtype)
-    usable = chosen is not None and chosen.quantize_transposed is not None and m and m_t % 16 == 0
-    return (q, scale, q_t, scale_t), chosen if usable and fp8_dtype is getattr(torch, chosen.fp8_dtype) else None
+    scale, _ = runtime.empty_scale(rows if blocks else m, k // BLOCK, plan.layouts[0], x.device)
+    scale_t, _ = runtime.empty_scale(k // BLOCK if blocks else k, rows, plan.layouts[1], x.device)
+    q = x.new_empty((m, k), dtype=plan.fp8_dtype)
+    q_t = x.new_empty((k, m_t), dtype=plan.fp8_dtype)
+    usable = plan.kernel is not None and m and m_t % 16 == 0
+    return (q, scale, q_t, scale_t), plan.kernel if usable else None
 
 
 def _quantize_transposed(x, fp8_dtype, pow2: bool, blocks: bool, backend: str | None):

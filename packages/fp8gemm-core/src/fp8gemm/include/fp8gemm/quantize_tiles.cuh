@@ -4,7 +4,8 @@
 //   activations (blocks = 0): q with one scale per 1 x 128 along k (fp8gemm.quantize_activation's codes and scales),
 //     q_t with one scale per 1 x 128 along m (x's 128 x 1 tiles); rows m..m_t-1 of x read as zeros;
 //   weights (blocks = 1): one scale per 128 x 128 tile for both (fp8gemm.quantize_weight's), the codes transposed.
-// Numerics as fp8gemm/quantize_rows.cuh. 256 threads: thread t reads columns 8 (t % 16) .. +7 of rows
+// Numerics as fp8gemm/quantize_rows.cuh (inputs widened exactly here, not by the Arch's load8). 256 threads: thread t
+// reads columns 8 (t % 16) .. +7 of rows
 // 8 (t / 16) .. +7, so a 16-lane group shares a row (the row maximum) and a thread owns 8 consecutive rows of each of
 // its columns (8 transposed codes, one 8-byte store). The arch supplies, beyond quantize_rows.cuh's Arch:
 //   static FP8GEMM_QFN void barrier();   // the workgroup barrier, shared memory visible after it
@@ -54,22 +55,37 @@ struct TransposeTile {
 
 FP8GEMM_QFN int swizzled_chunk(int column, int chunk) { return chunk ^ ((column >> 3) & 15); }
 
-// A thread's 8 rows of the tile, rows past m as zeros (zero codes, no effect on a maximum).
-template <class Arch, int kIn>
-FP8GEMM_QFN void load_rows(const QuantizeTransposedParams& p, const uint8_t* src, int64_t row0,
-                           float (&v)[kTileRowsPerThread][kQuantElems]) {
-  for (int i = 0; i < kTileRowsPerThread; ++i) {
-    if (row0 + i < p.m) {
-      Arch::template load8<kIn>(src + i * p.ldx_bytes, v[i]);
+// One row's 8 inputs as loaded (16 bytes of bf16/fp16, 32 of fp32), kept so until used: half the registers of 8
+// floats for 16-bit inputs, so more tiles are in flight, and the second pass needs no second read.
+template <int kIn>
+struct alignas(16) RawRow {
+  uint32_t w[kIn == kInFP32 ? 8 : 4];
+};
+
+// fp16 bits -> float, exactly and without branches: the magnitude's bits moved into a float's places and scaled by
+// 2^112 (the exponent biases' difference; subnormals too), infinities and NaNs kept as such.
+FP8GEMM_QFN float half_to_float(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, magnitude = (h & 0x7fffu) << 13;
+  const uint32_t finite = float_bits(bits_float(magnitude) * 0x1p112f);
+  return bits_float(sign | ((h & 0x7c00u) == 0x7c00u ? magnitude | 0x7f800000u : finite));
+}
+
+template <int kIn>
+FP8GEMM_QFN void unpack8(const RawRow<kIn>& r, float (&v)[kQuantElems]) {
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kIn == kInFP32) {
+      v[2 * i] = bits_float(r.w[2 * i]), v[2 * i + 1] = bits_float(r.w[2 * i + 1]);
+    } else if constexpr (kIn == kInBF16) {  // the first element in the low half (little-endian)
+      v[2 * i] = bits_float(r.w[i] << 16), v[2 * i + 1] = bits_float(r.w[i] & 0xffff0000u);
     } else {
-      for (int j = 0; j < kQuantElems; ++j) v[i][j] = 0.f;
+      v[2 * i] = half_to_float(r.w[i] & 0xffffu), v[2 * i + 1] = half_to_float(r.w[i] >> 16);
     }
   }
 }
 
-// The tile (row block rb, k block kb). `tile` is the workgroup's shared TransposeTile. Two passes over the tile's
-// rows: the first takes the maxima (and writes the activations' q), the second reads the rows again (from cache) and
-// writes the codes scaled as the maxima decided; each pass issues all of a thread's 8 row loads at once.
+// The tile (row block rb, k block kb). `tile` is the workgroup's shared TransposeTile. A thread loads its 8 rows at
+// once (rows past m as zeros: zero codes, no effect on a maximum) and makes two passes over them in registers: the
+// first takes the maxima (and writes the activations' q), the second writes the codes scaled as the maxima decided.
 template <class Arch, int kIn>
 FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int64_t rb, int64_t kb, int tid,
                                           TransposeTile& tile) {
@@ -77,23 +93,32 @@ FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int
   const int lane = tid % kQuantLanes, group = tid / kQuantLanes;
   const int64_t row0 = rb * kQuantBlock + group * kTileRowsPerThread, col = kb * kQuantBlock + lane * kQuantElems;
   const uint8_t* src = p.x + row0 * p.ldx_bytes + col * kInBytes;
-  float v[kTileRowsPerThread][kQuantElems];
-  load_rows<Arch, kIn>(p, src, row0, v);  // every load issued before the first is used
+  RawRow<kIn> raw[kTileRowsPerThread];
+  FP8GEMM_UNROLL_ROWS
+  for (int i = 0; i < kTileRowsPerThread; ++i) {
+    if (row0 + i < p.m) {
+      raw[i] = *reinterpret_cast<const RawRow<kIn>*>(src + i * p.ldx_bytes);
+    } else {
+      for (uint32_t& w : raw[i].w) w = 0;
+    }
+  }
   float col_amax[kQuantElems];
   for (int j = 0; j < kQuantElems; ++j) col_amax[j] = 0.f;
   FP8GEMM_UNROLL_ROWS
   for (int i = 0; i < kTileRowsPerThread; ++i) {
+    float v[kQuantElems];
+    unpack8<kIn>(raw[i], v);
     float r = 0.f;
     for (int j = 0; j < kQuantElems; ++j) {
-      const float a = v[i][j] < 0.f ? -v[i][j] : v[i][j];
+      const float a = v[j] < 0.f ? -v[j] : v[j];
       col_amax[j] = nan_max(col_amax[j], a);
       r = nan_max(r, a);
     }
     if (!p.blocks && row0 + i < p.m) {  // q: 1 x 128 along k, as quantize_rows.cuh (uniform over a row's 16 lanes)
       const float s = block_scale(Arch::group_max(r), Arch::kFp8Max, p.pow2 != 0);
       const float inv = 1.0f / s;
-      for (int j = 0; j < kQuantElems; ++j) v[i][j] *= inv;
-      Arch::store8(p.q + (row0 + i) * p.k + col, v[i]);
+      for (int j = 0; j < kQuantElems; ++j) v[j] *= inv;
+      Arch::store8(p.q + (row0 + i) * p.k + col, v);
       if (lane == 0) p.scale[(row0 + i) * p.scale_s0 + kb * p.scale_s1] = s;
     }
   }
@@ -126,13 +151,14 @@ FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int
   }
   uint64_t column_codes[kQuantElems];  // byte i: row row0 + i of column col + j
   for (int j = 0; j < kQuantElems; ++j) column_codes[j] = 0;
-  load_rows<Arch, kIn>(p, src, row0, v);  // again, from cache
   FP8GEMM_UNROLL_ROWS
   for (int i = 0; i < kTileRowsPerThread; ++i) {
-    for (int j = 0; j < kQuantElems; ++j) v[i][j] *= inv[j];
+    float v[kQuantElems];
+    unpack8<kIn>(raw[i], v);
+    for (int j = 0; j < kQuantElems; ++j) v[j] *= inv[j];
     uint64_t row_codes;
-    Arch::store8(reinterpret_cast<uint8_t*>(&row_codes), v[i]);
-    if (p.blocks && row0 + i < p.m) Arch::store8(p.q + (row0 + i) * p.k + col, v[i]);
+    Arch::store8(reinterpret_cast<uint8_t*>(&row_codes), v);
+    if (p.blocks && row0 + i < p.m) Arch::store8(p.q + (row0 + i) * p.k + col, v);
     for (int j = 0; j < kQuantElems; ++j) column_codes[j] |= ((row_codes >> (8 * j)) & 0xffu) << (8 * i);
   }
   for (int j = 0; j < kQuantElems; ++j) {
