@@ -48,7 +48,7 @@ struct E4m3TileArch : E4m3Arch {
 
 // blockIdx.x: the K block; blockIdx.y: the 128-row block (grid-strided past 65535 of them).
 template <int kIn>
-__global__ void __launch_bounds__(kQuantThreads, 2) quantize_transposed_kernel(QuantizeTransposedParams p) {
+__global__ void __launch_bounds__(kQuantThreads) quantize_transposed_kernel(QuantizeTransposedParams p) {
   __shared__ TransposeTile tile;
   const int64_t row_blocks = (p.m_t + kQuantBlock - 1) / kQuantBlock;
   for (int64_t rb = blockIdx.y; rb < row_blocks; rb += gridDim.y) {
