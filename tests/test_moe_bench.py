@@ -212,6 +212,15 @@ def test_the_harness_runs_every_path_end_to_end_on_cpu_and_its_json_plots(tmp_pa
     assert (
         s["decode_ours_over_grouped_alone"]["cases"] == s["decode_ours_over_grouped_alone"]["step_floor"]["cases"] == 3
     )
+    bandwidth = report["environment"]["copy_bandwidth_bytes_per_s"]
+    for r in report["rows"]:  # every case here is a decode case: the weight-read floor of the experts it touches
+        experts = r["experts_hit"]
+        h, i = r["hidden"], r["inter"]
+        assert r["weight_bytes_read"] == experts * (
+            3 * h * i + 4 * (2 * i // 128) * (h // 128) + 4 * (h // 128) * (i // 128)
+        )
+        assert r["weight_floor_us"] == pytest.approx(r["weight_bytes_read"] / bandwidth * 1e6)
+    assert s["decode_ours_over_weight_floor"]["cases"] == 3 and bandwidth > 0
     assert report["models"]["tiny"]["weights"]["copies"] == {"fp8": 1, "bf16": 1}
     assert report["environment"]["ours_runs"]["contiguous"] == "reference" and HF_FP8 in report["environment"]["notes"]
     js, png = tmp_path / "m.json", tmp_path / "m.png"
@@ -249,7 +258,12 @@ def test_a_resumed_run_keeps_earlier_cases_and_refuses_another_seed(monkeypatch)
     report = moe_bench.run("cpu", CASES[:2], models=TINY, progress=timed.append, earlier=earlier,
                            timer=_wall_timer)  # fmt: skip
     assert report["paths"] == [OURS_CONTIGUOUS]  # the earlier row's masked time is kept, neither listed nor summarized
-    assert set(report["summary"]) == {f"{OURS_CONTIGUOUS} vs", "decode_ours_over_grouped_alone"}
+    assert set(report["summary"]) == {
+        f"{OURS_CONTIGUOUS} vs",
+        "decode_ours_over_grouped_alone",
+        "decode_ours_over_weight_floor",
+        "decode_grouped_alone_over_weight_floor",
+    }
     assert len(timed) == 1 and timed[0].startswith("tiny T40 skewed") and report["environment"]["processes"] == 2
     assert [r["label"] for r in report["rows"]] == ["tiny T5 uniform", "tiny T40 skewed"]
     with pytest.raises(ValueError, match="seed is 0, this run's is 3"):
@@ -275,11 +289,37 @@ def test_the_summary_from_a_synthetic_report():
     assert d["step_floor_fused_combine"]["per_case"] == {"b T64": pytest.approx(1.15)}
 
 
+def test_the_weight_read_floor_summary_and_its_targets():
+    """fused_experts over the floor: 2.0x allowed for Qwen3-30B-A3B at T = 1, 1.3x for every other decode case; a row
+    without a floor (past decode) is left out."""
+
+    def row(model, tokens, us, floor):
+        r = {"model": model, "tokens": tokens, "label": f"{model} T{tokens}", "us": {OURS_CONTIGUOUS: us}}
+        return {**r, "weight_floor_us": floor} if floor else r
+
+    rows = [
+        row("qwen3-30b-a3b", 1, 19.0, 10.0),
+        row("deepseek-v3", 1, 120.0, 100.0),
+        row("deepseek-v3", 4096, 9e3, None),
+    ]
+    s = moe_bench.summarize(rows)["decode_ours_over_weight_floor"]
+    assert s["cases"] == 2 and s["met"] is True and s["worst"] == pytest.approx(1.9)
+    assert s["per_case"]["deepseek-v3 T1"] == {"ratio": pytest.approx(1.2), "target_max": 1.3}
+    rows[1]["us"][OURS_CONTIGUOUS] = 140.0  # 1.4x the floor: over its 1.3x
+    assert moe_bench.summarize(rows)["decode_ours_over_weight_floor"]["met"] is False
+
+
 def test_an_older_report_with_the_removed_masked_path_still_summarizes_plots_and_prints(tmp_path):
     old = json.loads(OLDER_REPORT.read_text())
     assert REMOVED_MASKED in old["paths"] and sum(REMOVED_MASKED in r["us"] for r in old["rows"]) > 0
     s = moe_bench.summarize(old["rows"])
-    assert set(s) == {f"{OURS_CONTIGUOUS} vs", "decode_ours_over_grouped_alone"}
+    assert set(s) == {
+        f"{OURS_CONTIGUOUS} vs",
+        "decode_ours_over_grouped_alone",
+        "decode_ours_over_weight_floor",
+        "decode_grouped_alone_over_weight_floor",
+    }
+    assert s["decode_ours_over_weight_floor"]["cases"] == 0  # rows from before the floor have none
     for other, stat in s[f"{OURS_CONTIGUOUS} vs"].items():
         before = old["summary"][f"{OURS_CONTIGUOUS} vs"][other]
         assert (stat["cases"], stat.get("slowest_case")) == (before["cases"], before.get("slowest_case")), other

@@ -357,6 +357,11 @@ def print_moe_summary(report: dict) -> None:
             worst = floor["per_case"].get(d["worst_case"], math.nan)
             console.print(f"  the same GEMMs with {launches} one-element launches: geomean {floor['geomean']:.2f}, "
                           f"{worst:.2f} in {d['worst_case']}", highlight=False)  # fmt: skip
+    floor = report["summary"].get("decode_ours_over_weight_floor", {})
+    if floor.get("cases"):
+        console.print(f"decode: fused_experts / the weight-read floor: geomean {floor['geomean']:.2f}, worst "
+                      f"{floor['worst']:.2f} ({floor['worst_case']}); every case within its target: {floor['met']}",
+                      highlight=False)  # fmt: skip
     for name, why in report["environment"].get("missing", {}).items():
         console.print(f"{name}: {why}", highlight=False)
     for name, m in report.get("models", {}).items():

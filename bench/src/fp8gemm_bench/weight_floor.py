@@ -1,0 +1,77 @@
+"""The weight-read floor of a decode case: the bytes of the FP8 weights (and their block scales) of the experts a
+batch touches, over the device's measured copy bandwidth. At decode a grouped GEMM or an experts layer cannot finish
+before its weights have streamed in once; its time over this floor says how much of the stream it wastes."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+from .bench import geomean
+
+COPY_BYTES = 1 << 30  # a copy of 1 GiB: far past any L2
+COPY_CALLS = 10
+
+
+def copy_bandwidth(device, nbytes: int = COPY_BYTES, calls: int = COPY_CALLS) -> float:
+    """Bytes per second a device copy moves (read plus write), the median of ``calls`` copies of ``nbytes``."""
+    device = torch.device(device)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    if device.type != "cuda":
+        import time
+
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            times.append(time.perf_counter() - t0)
+        return 2 * nbytes / statistics.median(times)
+    torch.cuda.synchronize(device)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+    for begin, end in events:
+        begin.record()
+        dst.copy_(src)
+        end.record()
+    torch.cuda.synchronize(device)
+    return 2 * nbytes / (statistics.median(b.elapsed_time(e) for b, e in events) * 1e-3)
+
+
+def block_scale_bytes(n: int, k: int) -> int:
+    """fp32 scales of one [n, k] weight, one per 128x128 block."""
+    return 4 * math.ceil(n / 128) * math.ceil(k / 128)
+
+
+def grouped_weight_bytes(n: int, k: int, groups: int) -> int:
+    """The FP8 weights [n, k] and scales of ``groups`` experts of a grouped GEMM."""
+    return groups * (n * k + block_scale_bytes(n, k))
+
+
+def experts_weight_bytes(hidden: int, inter: int, experts: int) -> int:
+    """The FP8 w13 [2I, H] and w2 [H, I] with their scales of ``experts`` experts of a layer."""
+    return experts * (3 * hidden * inter + block_scale_bytes(2 * inter, hidden) + block_scale_bytes(hidden, inter))
+
+
+def floor_us(nbytes: int, bandwidth: float) -> float:
+    """Microseconds to read ``nbytes`` once at ``bandwidth`` (a copy's bytes read plus written per second: the rate
+    the memory moves bytes at, whichever way)."""
+    return nbytes / bandwidth * 1e6
+
+
+def floor_summary(rows: list[dict], path: str, target_of) -> dict:
+    """``path``'s time over each row's ``weight_floor_us`` (rows that have both): geomean, worst and per case, with
+    each case's target (``target_of(row)``, the largest ratio allowed) and whether every case meets it."""
+    cases = [(r["us"][path] / r["weight_floor_us"], r["label"], target_of(r)) for r in rows
+             if r.get("weight_floor_us") and path in r["us"]]  # fmt: skip
+    worst = max(cases) if cases else (math.nan, None, None)
+    return {
+        "geomean": geomean([c[0] for c in cases]),
+        "worst": worst[0],
+        "worst_case": worst[1],
+        "cases": len(cases),
+        "met": all(ratio <= target for ratio, _, target in cases) if cases else None,
+        "per_case": {label: {"ratio": ratio, "target_max": target} for ratio, label, target in cases},
+    }
