@@ -134,6 +134,16 @@ def test_the_harness_runs_end_to_end_on_cpu_and_its_json_plots(tmp_path, monkeyp
             if name in grouped_bench.case_paths(grouped_bench.Case(**{k: r[k] for k in _CASE_KEYS})):
                 assert r["errors"][name].startswith("missing: deep_gemm is not installed")
     assert report["environment"]["seed"] == 0 and report["environment"]["ours_runs"]["contiguous"] == "reference"
+    # decode cases (<= 64 rows in every group) carry the weight-read floor of their groups with rows
+    bandwidth = report["environment"]["copy_bandwidth_bytes_per_s"]
+    assert "weight_floor_us" not in by_label["tiny contiguous"]  # a group of 130 rows: past decode
+    for label in ("tiny masked", "tiny experts"):
+        r = by_label[label]
+        hit = sum(c > 0 for c in r["counts"])
+        assert r["weight_bytes_read"] == hit * (r["n"] * r["k"] + 4 * (r["n"] // 128) * (r["k"] // 128))
+        assert r["weight_floor_us"] == pytest.approx(r["weight_bytes_read"] / bandwidth * 1e6)
+    floor = report["summary"]["decode_masked_over_weight_floor"]
+    assert floor["cases"] == 2 and set(floor["per_case"]) == {"tiny masked", "tiny experts"}
     js, png = tmp_path / "g.json", tmp_path / "g.png"
     cli_bench._save_atomically(report, js)
     grouped_bench.plot(json.loads(js.read_text()), png)

@@ -50,6 +50,7 @@ from .grouped_peers import (
     missing_paths,
 )
 from .layer_bench import peer_versions, time_graph
+from .weight_floor import copy_bandwidth, floor_summary, floor_us, grouped_weight_bytes
 
 # DeepGEMM's grouped test shapes (groups x expected rows per group; each group's rows drawn in [0.7, 1.3] x that).
 DEEPGEMM_CONTIGUOUS_GROUPS = [(4, 8192), (8, 4096)]
@@ -68,7 +69,7 @@ REFERENCE_MAX_FLOPS = 5e13  # where ours still runs the pure-torch reference, ca
 ORACLE_ROWS = 8  # rows of each group checked against float64: the first, the last and random ones
 DECODE_MAX_ROWS = 64
 TARGETS = {"own_shapes": 1.0, "own_shapes_slowest": 0.95, "skewed_unaligned": 1.1, "decode_vs_bf16": 2.0,
-           "decode_vs_dense_loop": 1.2}  # fmt: skip
+           "decode_vs_dense_loop": 1.2, "decode_weight_floor": 1.3}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -189,8 +190,10 @@ def _worst_error(out, rows_of, refs, picks) -> float:
                default=0.0)  # fmt: skip
 
 
-def time_case(case: Case, device, backend, seed, timer, l2_bytes: int, missing: dict, kernel_layouts: dict) -> dict:
-    """One row: each path's time per call and TFLOP/s on real rows, its worst group error, or why it did not run."""
+def time_case(case: Case, device, backend, seed, timer, l2_bytes: int, missing: dict, kernel_layouts: dict,
+              bandwidth: float | None = None) -> dict:  # fmt: skip
+    """One row: each path's time per call and TFLOP/s on real rows, its worst group error, or why it did not run; for a
+    decode case, the weight-read floor at ``bandwidth`` (bytes/s)."""
     gen = seeded_generator(seed, device, "grouped", case.label)
     fp8, m, groups = preferred_fp8_dtype(device, backend), sum(case.counts), len(case.counts)
     a, a_scale = quantize_activation(torch.randn(m, case.k, generator=gen, device=device), fp8_dtype=fp8)
@@ -201,6 +204,9 @@ def time_case(case: Case, device, backend, seed, timer, l2_bytes: int, missing: 
     b0, s0 = weights[0]
     refs = [oracle(a[p], b0[g], a_scale[p], s0[g]) if p else None for g, p in enumerate(picks)]
     row = {**asdict(case), "rows": m, "us": {}, "tflops": {}, "rel_err": {}, "errors": {}}
+    if bandwidth and max(case.counts) <= DECODE_MAX_ROWS:  # the experts with rows stream their weights once
+        row["weight_bytes_read"] = grouped_weight_bytes(case.n, case.k, sum(c > 0 for c in case.counts))
+        row["weight_floor_us"] = floor_us(row["weight_bytes_read"], bandwidth)
     if "deepgemm" not in str(missing.get(DG_CONTIGUOUS, "")):
         padded = deepgemm_padding(list(case.counts), _alignment())[0]
         row["deepgemm_padded_rows"] = sum(padded)
@@ -291,6 +297,8 @@ def summarize(rows: list[dict], alignment: int = DEFAULT_M_ALIGNMENT) -> dict:
         r["us"][DG_PADDING] / r["us"][DG_CONTIGUOUS] for r in rows if {DG_PADDING, DG_CONTIGUOUS} <= r["us"].keys()
     ]
     out["deepgemm_padding_share_of_its_path"] = {"geomean": geomean(padding), "cases": len(padding)}
+    for ours, layout in ((OURS_CONTIGUOUS, "contiguous"), (OURS_MASKED, "masked")):
+        out[f"decode_{layout}_over_weight_floor"] = floor_summary(rows, ours, lambda r: TARGETS["decode_weight_floor"])
     return out
 
 
@@ -310,7 +318,10 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     env = environment(device, backend, seed)
     env.update(method="CUDA graph over expert-weight copies >= 2x L2; median of replays; TFLOP/s on real rows",
                peers=peer_versions(), ours_runs={k: "kernel" if v else "reference" for k, v in kernel_layouts.items()},
-               deepgemm_alignment=_alignment(), missing={k: v for k, v in missing.items()})  # fmt: skip
+               deepgemm_alignment=_alignment(), missing={k: v for k, v in missing.items()},
+               copy_bandwidth_bytes_per_s=copy_bandwidth(device, nbytes=(1 << 30) if device.type == "cuda" else 1 << 22),
+               weight_floor="decode cases: the FP8 weights and scales of the groups with rows over the copy bandwidth "
+               "(a copy's read plus write per second)")  # fmt: skip
     labels = [c.label for c in cases]
     rows = earlier_rows(earlier, env, lambda r: r["label"] in labels)
     env["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
@@ -319,7 +330,8 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     for case in cases:
         if any(r["label"] == case.label for r in rows):
             continue
-        rows.append(time_case(case, device, backend, seed, timer or time_graph, l2, missing, kernel_layouts))
+        rows.append(time_case(case, device, backend, seed, timer or time_graph, l2, missing, kernel_layouts,
+                              env["copy_bandwidth_bytes_per_s"]))  # fmt: skip
         progress(row_text(rows[-1]))
         report["summary"] = summarize(rows, env["deepgemm_alignment"])
         if checkpoint:
