@@ -24,6 +24,7 @@ from fp8gemm.protocol import (
     K_MAJOR,
     MN_MAJOR,
     OUT_FP32,
+    PROTOCOL_VERSION,
     Backend,
     ScaleLayout,
 )
@@ -114,7 +115,7 @@ def test_launch_protocol_through_raw_pointers(fake_grouped, case, backend):
     assert (call["layout"], call["m"], call["n"], call["k"], call["groups"]) == (
         layout, case.m, case.n, case.k, case.groups,
     )  # fmt: skip
-    assert call["stream"] == 1234 and call["workspace"] != 0 and call["version"] == 1
+    assert call["stream"] == 1234 and call["workspace"] != 0 and call["version"] == PROTOCOL_VERSION
     assert call["out_kind"] == (OUT_FP32 if case.out_dtype is torch.float32 else 0)
     assert call["expected_m"] == (max(case.rows) if layout == GROUPED_MASKED else 0)
     if layout != GROUPED_MASKED:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fp8gemm.protocol import PROTOCOL_VERSION
 from isa import ROOT, build_wheel, require_tool
 
 sys.path.insert(0, str(ROOT / "ci"))
@@ -198,7 +199,7 @@ def test_kernel_builder_cpu_build_runs_the_core(tmp_path):
     (variant,) = (tmp_path / "build").glob("torch*-cpu-*")
     kernel = load(variant)
     assert kernel.__name__ == "_fp8gemm_cpu_test" and json.loads(kernel._ops.arches()) == []
-    assert kernel._ops.protocol_version() == 1 and not kernel.installed_backends()
+    assert kernel._ops.protocol_version() == PROTOCOL_VERSION and not kernel.installed_backends()
     import fp8gemm
 
     x = torch.randn(33, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)

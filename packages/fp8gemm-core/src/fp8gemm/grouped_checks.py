@@ -301,6 +301,8 @@ def group_scale_layout(scale: torch.Tensor, layout: ScaleLayout) -> tuple[int, i
         return None
     if has_storage(scale) and scale.data_ptr() % ALIGN_BYTES:
         return None
+    if groups == 1:  # never applied, but a kernel's tensor map still wants it 16-byte aligned
+        group_stride = ceil_div((rows if layout.order == K_MAJOR else cols) * ld, SCALE_ALIGN) * SCALE_ALIGN
     return ld, group_stride
 
 

@@ -140,7 +140,8 @@ inline std::pair<int64_t, int64_t> group_scale_lds(const Tensor& s, int32_t devi
   const int64_t ld = other > 1 ? s.stride(outer) : std::max(s.stride(outer), extent);
   need(ld >= extent && ld % mult == 0, what);
   need(groups == 1 || s.stride(0) % 4 == 0, what);
-  return {ld, s.stride(0)};
+  // one group: its stride is never applied, but a kernel's tensor map still wants it 16-byte aligned
+  return {ld, groups == 1 ? (other * ld + 3) / 4 * 4 : s.stride(0)};
 }
 
 }  // namespace fp8gemm_native
