@@ -319,7 +319,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     env.update(method="CUDA graph over expert-weight copies >= 2x L2; median of replays; TFLOP/s on real rows",
                peers=peer_versions(), ours_runs={k: "kernel" if v else "reference" for k, v in kernel_layouts.items()},
                deepgemm_alignment=_alignment(), missing={k: v for k, v in missing.items()},
-               copy_bandwidth_bytes_per_s=copy_bandwidth(device, nbytes=(1 << 30) if device.type == "cuda" else 1 << 22),
+               copy_bandwidth_bytes_per_s=copy_bandwidth(device, timer or time_graph),
                weight_floor="decode cases: the FP8 weights and scales of the groups with rows over the copy bandwidth "
                "(a copy's read plus write per second)")  # fmt: skip
     labels = [c.label for c in cases]

@@ -27,6 +27,7 @@ from .bench import (
     seeded_generator,
 )
 from .layer_peers import BF16, GEMM_ALONE, OURS, gemm_alone, layer_paths
+from .weight_floor import copy_bandwidth
 
 LAYER_NK = [(2112, 7168), (7168, 2048), (4096, 7168), (24576, 1536)]
 LAYER_M = [1, 16, 64, 128, 512, 4096]
@@ -163,7 +164,7 @@ def _raw_entries(x, qw, w_scale, qx, x_scale) -> dict:
 def quantize_bandwidth(device, shapes, seed: int = DEFAULT_SEED) -> list[dict]:
     """The quantization kernel alone (inputs cycled past the L2), as a fraction of a large device copy's bandwidth
     and of a copy of x (the same inputs, bf16 out) in the same harness: below a few MB launch and drain dominate."""
-    copy_gbs = _copy_bandwidth(device)
+    copy_gbs = copy_bandwidth(device, time_graph) * 1e-9
     rows = []
     for m, k in shapes:
         nbytes = m * k * 2 + m * k + m * (k // 128) * 4
@@ -186,13 +187,6 @@ def quantize_bandwidth(device, shapes, seed: int = DEFAULT_SEED) -> list[dict]:
         )
         del xs, dst
     return [{"copy_gbs": copy_gbs}, *rows]
-
-
-def _copy_bandwidth(device) -> float:
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    seconds = time_graph([lambda: dst.copy_(src)])
-    return 2 * src.numel() / seconds * 1e-9
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -372,7 +372,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     missing = missing_paths(device)
     env = environment(device, backend, seed)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
-    bandwidth = copy_bandwidth(device, nbytes=(1 << 30) if device.type == "cuda" else 1 << 22)
+    bandwidth = copy_bandwidth(device, timer or time_graph)
     env.update(method=f"CUDA graph of >= {MIN_CALLS} calls (T <= {CALLS_TOKENS}) cycling through weight copies; "
                "median of replays; TFLOP/s = 2*T*k*3*H*I / time", peers=_peer_versions(), l2_bytes=l2,
                ours_runs={k: "kernel" if v else "reference" for k, v in layouts.items()}, missing=missing,

@@ -68,11 +68,7 @@ def print_moe_summary(report: dict) -> None:
             worst = floor["per_case"].get(d["worst_case"], math.nan)
             console.print(f"  the same GEMMs with {launches} one-element launches: geomean {floor['geomean']:.2f}, "
                           f"{worst:.2f} in {d['worst_case']}", highlight=False)  # fmt: skip
-    floor = report["summary"].get("decode_ours_over_weight_floor", {})
-    if floor.get("cases"):
-        console.print(f"decode: fused_experts / the weight-read floor: geomean {floor['geomean']:.2f}, worst "
-                      f"{floor['worst']:.2f} ({floor['worst_case']}); every case within its target: {floor['met']}",
-                      highlight=False)  # fmt: skip
+    _print_floor("fused_experts", report["summary"].get("decode_ours_over_weight_floor", {}))
     for name, why in report["environment"].get("missing", {}).items():
         console.print(f"{name}: {why}", highlight=False)
     for name, m in report.get("models", {}).items():
@@ -80,6 +76,14 @@ def print_moe_summary(report: dict) -> None:
         console.print(
             f"{name}: weight copies {m['weights']['copies']}" + (f" ({note})" if note else ""), highlight=False
         )
+
+
+def _print_floor(what: str, floor: dict) -> None:
+    """A decode time over the weight-read floor (weight_floor.floor_summary), where there are cases."""
+    if floor.get("cases"):
+        console.print(f"decode, {what} / the weight-read floor: geomean {floor['geomean']:.2f}, worst "
+                      f"{floor['worst']:.2f} ({floor['worst_case']}); every case within its target: {floor['met']}",
+                      highlight=False)  # fmt: skip
 
 
 def print_grouped_summary(report: dict) -> None:
@@ -91,11 +95,7 @@ def print_grouped_summary(report: dict) -> None:
             table.add_row(name, str(s["cases"]), f"{s['geomean']:.2f}x", f"{s['slowest']:.2f}x", f">= {s['target']}x")
     console.print(table)
     for layout in ("contiguous", "masked"):
-        floor = report["summary"].get(f"decode_{layout}_over_weight_floor", {})
-        if floor.get("cases"):
-            console.print(f"decode, {layout}: time over the weight-read floor: geomean {floor['geomean']:.2f}, worst "
-                          f"{floor['worst']:.2f} ({floor['worst_case']}); within 1.3x: {floor['met']}",
-                          highlight=False)  # fmt: skip
+        _print_floor(f"grouped GEMM, {layout}", report["summary"].get(f"decode_{layout}_over_weight_floor", {}))
     for name, why in report["environment"].get("missing", {}).items():
         console.print(f"{name}: {why}", highlight=False)
     console.print("ours runs: " + ", ".join(f"{k} {v}" for k, v in report["environment"]["ours_runs"].items()))

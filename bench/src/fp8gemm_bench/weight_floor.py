@@ -5,39 +5,22 @@ before its weights have streamed in once; its time over this floor says how much
 from __future__ import annotations
 
 import math
-import statistics
 
 import torch
 
 from .bench import geomean
 
-COPY_BYTES = 1 << 30  # a copy of 1 GiB: far past any L2
-COPY_CALLS = 10
+COPY_BYTES = 1 << 30  # a copy of 1 GiB on a GPU: far past any L2
+SMOKE_COPY_BYTES = 1 << 22  # elsewhere (the harness's smoke runs): a copy that takes milliseconds
 
 
-def copy_bandwidth(device, nbytes: int = COPY_BYTES, calls: int = COPY_CALLS) -> float:
-    """Bytes per second a device copy moves (read plus write), the median of ``calls`` copies of ``nbytes``."""
+def copy_bandwidth(device, timer) -> float:
+    """Bytes per second a device copy moves (read plus write), timed by ``timer(calls) -> seconds per call`` (the
+    benchmark's own: ``layer_bench.time_graph`` on a GPU)."""
     device = torch.device(device)
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    src = torch.empty(COPY_BYTES if device.type == "cuda" else SMOKE_COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    if device.type != "cuda":
-        import time
-
-        times = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            dst.copy_(src)
-            times.append(time.perf_counter() - t0)
-        return 2 * nbytes / statistics.median(times)
-    torch.cuda.synchronize(device)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
-    for begin, end in events:
-        begin.record()
-        dst.copy_(src)
-        end.record()
-    torch.cuda.synchronize(device)
-    return 2 * nbytes / (statistics.median(b.elapsed_time(e) for b, e in events) * 1e-3)
+    return 2 * src.numel() / timer([lambda: dst.copy_(src)])
 
 
 def block_scale_bytes(n: int, k: int) -> int:
