@@ -73,17 +73,24 @@ def test_convert_swaps_eligible_layers_and_reports_the_rest():
         convert(nn.Sequential(nn.Linear(128, 128)), training=True, fp8_dtype=torch.float8_e4m3fn)
 
 
-def test_convert_for_training_leaves_experts_alone():
+def test_convert_for_training_swaps_fused_experts_onto_their_parameters():
+    """Fused experts (transformers' 3-D form) become Fp8TrainingExperts holding the same Parameters; experts that
+    fused_experts cannot run stay, with the reason."""
+
     class Experts(nn.Module):
-        def __init__(self):
+        def __init__(self, act_fn):
             super().__init__()
             self.gate_up_proj = nn.Parameter(torch.randn(2, 256, 128))
             self.down_proj = nn.Parameter(torch.randn(2, 128, 128))
+            self.act_fn = act_fn
 
-    model = nn.ModuleDict({"experts": Experts(), "proj": nn.Linear(128, 128)})
+    model = nn.ModuleDict({"experts": Experts(nn.SiLU()), "gelu": Experts(nn.GELU()), "proj": nn.Linear(128, 128)})
+    params = (model["experts"].gate_up_proj, model["experts"].down_proj)
     report = _convert(model)
-    assert report.converted == ["proj"]
-    assert report.skipped == {"experts": "training=True converts plain nn.Linear layers only, not fused experts"}
+    assert report.converted == ["experts", "proj"]
+    assert report.skipped == {"gelu": "activation GELU is not SiLU; fp8gemm.fused_experts runs silu(gate) * up"}
+    assert type(model["experts"]) is fp8gemm.nn.Fp8TrainingExperts
+    assert (model["experts"].gate_up_proj, model["experts"].down_proj) == params
 
 
 def test_a_converted_mlp_trains_with_gradients_close_to_bf16():

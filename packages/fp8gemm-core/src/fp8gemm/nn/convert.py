@@ -1,5 +1,5 @@
 """``convert``: swap a model's eligible ``nn.Linear`` layers for ``Fp8Linear``, and its mixture-of-experts experts for
-``Fp8Experts``, in place."""
+``Fp8Experts``, in place; with ``training=True`` for ``Fp8TrainingLinear`` and ``Fp8TrainingExperts``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from .from_transformers import (
 )
 from .layer import Fp8Linear, check_linear_shape
 from .training import Fp8TrainingLinear, check_training_shape
+from .training_experts import Fp8TrainingExperts
 
 SkipRule = Iterable[str] | Callable[[str, nn.Module], bool]
 
@@ -42,7 +43,8 @@ class ConversionReport(NamedTuple):
     skipped: dict[str, str]
 
     def __str__(self) -> str:
-        lines = [f"{len(self.converted)} layers converted (nn.Linear to Fp8Linear or Fp8TrainingLinear, experts to Fp8Experts), "
+        lines = [f"{len(self.converted)} layers converted (nn.Linear to Fp8Linear or Fp8TrainingLinear, experts to Fp8Experts "
+                 f"or Fp8TrainingExperts), "
                  f"{len(self.skipped)} left alone"]  # fmt: skip
         lines += [f"  {name}: {reason}" for name, reason in self.skipped.items()]
         return "\n".join(lines)
@@ -135,10 +137,22 @@ def _kind(module) -> str | None:
     return "nn.Linear" if isinstance(module, nn.Linear) else None
 
 
+def _training_experts_reason(experts: nn.Module) -> str | None:
+    """Why ``Fp8TrainingExperts`` cannot hold these experts' Parameters, or None."""
+    reason = _experts_reason(experts)
+    if reason:
+        return reason
+    if not isinstance(experts.gate_up_proj, nn.Parameter) or not isinstance(experts.down_proj, nn.Parameter):
+        return "gate_up_proj / down_proj are not nn.Parameters: nothing to train"
+    return None
+
+
 def _reason_to_keep(kind: str, module, owners, training: bool) -> str | None:
-    if training:  # the FP8 training layer exists for plain nn.Linear only
+    if training:  # the FP8 training layers exist for plain nn.Linear and fused experts
+        if kind == "fused experts":
+            return _training_experts_reason(module)
         if kind != "nn.Linear":
-            return f"training=True converts plain nn.Linear layers only, not {kind}"
+            return f"training=True converts plain nn.Linear layers and fused experts only, not {kind}"
         return _linear_reason(module, owners, training=True)
     if kind == "linear":
         return fp8_linear_reason(module)
@@ -151,6 +165,8 @@ def _reason_to_keep(kind: str, module, owners, training: bool) -> str | None:
 
 def _replacement(kind: str, module, fp8_dtype, pow2_scales: bool, training: bool) -> nn.Module:
     if training:
+        if kind == "fused experts":
+            return Fp8TrainingExperts.from_experts(module, pow2_scales=pow2_scales)
         return Fp8TrainingLinear.from_linear(module, pow2_scales=pow2_scales)
     if kind == "linear":
         return swap_fp8_linear(module, fp8_dtype=fp8_dtype, pow2_scales=pow2_scales)
@@ -191,8 +207,10 @@ def convert(
 
     ``training=True``: each eligible plain ``nn.Linear`` becomes an ``Fp8TrainingLinear`` holding the same weight and
     bias Parameters (FP8 forward and backward GEMMs, docs/training.md); eligible means in_features and out_features
-    multiples of 128, an untied float weight and not matched by ``skip``. Every other layer stays as it is, in its
-    own precision, with the reason in the report; experts and transformers' FP8 modules are not converted.
+    multiples of 128, an untied float weight and not matched by ``skip``. Eligible fused experts (as above, their
+    weights Parameters) become an ``Fp8TrainingExperts`` holding the same ``gate_up_proj`` and ``down_proj``. Every
+    other layer stays as it is, in its own precision, with the reason in the report; transformers' FP8 modules are
+    not converted.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

@@ -36,7 +36,11 @@ def _check_weight(name: str, w, shape_what: str) -> None:
     if not isinstance(w, torch.Tensor) or w.dtype not in IN_DTYPES or w.dim() != 3:
         got = f"{w.dtype} {tuple(w.shape)}" if isinstance(w, torch.Tensor) else type(w).__name__
         fp8 = isinstance(w, torch.Tensor) and w.dtype in FP8_DTYPES
-        fix = "FP8 weights have no gradient: use fp8gemm.fused_experts for inference" if fp8 else "pass them as such"
+        fix = (
+            "FP8 weights have no gradient: use fp8gemm.fused_experts for inference"
+            if fp8
+            else "pass the 3-D float tensor"
+        )
         raise TypeError(
             f"{name} must be the high-precision master weights, a bfloat16/float16/float32 {shape_what} tensor "
             f"(quantized on every call), got {got}; {fix}"

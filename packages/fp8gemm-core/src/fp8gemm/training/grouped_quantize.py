@@ -94,8 +94,8 @@ def check_offs_tensor(offs) -> None:
 def check_offs_values(offs: torch.Tensor, rows: int, rows_name: str) -> None:
     """CPU values (free to read): non-decreasing, in [0, rows]. A GPU's are never read on the host: they are clamped
     as :func:`expert_columns` says."""
-    if offs.device.type != "cpu" or isinstance(offs, torch._subclasses.FakeTensor):
-        return
+    if offs.device.type != "cpu" or isinstance(offs, torch._subclasses.FakeTensor) or torch.compiler.is_compiling():
+        return  # traced calls check when they run: the op's body checks again
     ends = offs.tolist()
     if ends[0] < 0:
         raise ValueError(f"offs[0] = {ends[0]} is negative; offs holds cumulative row ends, each in [0, {rows_name}]")
@@ -116,7 +116,6 @@ def check_grouped_source(x, offs) -> None:
     check_offs_tensor(offs)
     if offs.device != x.device:
         raise ValueError(f"offs is on {offs.device} but x is on {x.device}; move both to one device")
-    check_offs_values(offs, x.shape[0], "M (x.shape[0])")
 
 
 def quantize_grouped_with_transpose(
@@ -138,6 +137,7 @@ def quantize_grouped_with_transpose(
 
 
 def _quantize_grouped(x, offs, fp8_dtype, pow2: bool, backend: str | None):
+    check_offs_values(offs, x.shape[0], "M (x.shape[0])")
     q, scale = quantize_activation(x, fp8_dtype=fp8_dtype, pow2_scales=pow2, backend=backend)
     rows, k = x.shape
     blocks = grouped_blocks(rows, offs.shape[0])
@@ -204,7 +204,13 @@ def _quantize_experts(w, fp8_dtype, pow2: bool, transpose: bool, backend: str | 
     q = q.reshape(experts, n_pad, k)[:, :n]
     if not transpose:
         return q.contiguous(), scale, w.new_empty(0, dtype=dtype), w.new_empty(0, dtype=torch.float32)
-    return q.contiguous(), scale, q.transpose(1, 2).contiguous(), scale.transpose(1, 2).contiguous()
+    copy = torch.contiguous_format  # clones: a transposed view with unit dims may already count as contiguous
+    return (
+        q.contiguous(),
+        scale,
+        q.transpose(1, 2).clone(memory_format=copy),
+        scale.transpose(1, 2).clone(memory_format=copy),
+    )
 
 
 @runtime.op("quantize_experts_transposed", "training.quantize_experts_with_transpose", ("w",))

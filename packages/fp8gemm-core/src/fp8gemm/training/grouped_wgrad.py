@@ -192,10 +192,11 @@ def kgrouped_wgrad(a_t, b_t, a_scale_t, b_scale_t, offs, *, out=None, accumulate
     without it. CPU ``offs`` values are checked; a GPU's are never read on the host (clamped to the layout).
     """
     refuse_grad("training.kgrouped_wgrad", NAMES, (a_t, b_t, a_scale_t, b_scale_t, offs, out))
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():  # the ops' fake implementations check the arguments
         if out is not None:
             _ops.kgrouped_wgrad_out(a_t, b_t, a_scale_t, b_scale_t, offs, out, bool(accumulate), backend or "")
             return out
-        check_kgrouped_wgrad(a_t, b_t, a_scale_t, b_scale_t, offs, None, out_dtype, accumulate)
+        if accumulate:  # the functional op has no out to add into; its fake checks the rest
+            raise ValueError("accumulate=True adds into out=, a float32 [E, N, K] tensor; pass out=")
         return _ops.kgrouped_wgrad(a_t, b_t, a_scale_t, b_scale_t, offs, out_dtype or torch.float32, backend or "")
     return _run(a_t, b_t, a_scale_t, b_scale_t, offs, out, out_dtype, bool(accumulate), backend)
