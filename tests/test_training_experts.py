@@ -349,3 +349,24 @@ def test_converted_experts_gradients_inside_a_model_against_float64_and_bf16():
         ours, bf16 = (relative_error(m.get_parameter(name).grad, want) for m in (fp8, base))
         print(f"{name}: against float64 {ours:.4f} (bf16 {bf16:.4f})")
         assert ours < bf16 + 0.05
+
+
+def test_opcheck_of_the_layers_ops_and_compiled_inference():
+    """The forward and backward ops (fake implementations, autograd registration, AOT dispatch); without grad, the
+    compiled layer is the inference call with the eager bits."""
+    (x, weights, w13, w2), ids, dout = make_case(Case(20, 4, 2, routing="skewed"), DEFAULT_SEED + 112)
+    x, weights, w13, w2 = (t.detach() for t in (x, weights, w13, w2))
+    q13, s13, q2, s2 = _quantized(w13, w2)
+    tests = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
+    args = (x, ids, weights, q13, s13, q2, s2, False, True, "reference")
+    torch.library.opcheck(torch.ops.fp8gemm.training_experts_forward.default, args, test_utils=tests)
+    _, *saved = torch.ops.fp8gemm.training_experts_forward(*args)
+    t13, t2 = (fp8gemm.training.quantize_experts_with_transpose(w) for w in (w13, w2))
+    grads_args = (dout, saved, t13.q_t, t13.scale_t, t2.q_t, t2.scale_t, [True, True, False, True], x.dtype,
+                  weights.dtype, w13.dtype, w2.dtype, False, "reference")  # fmt: skip
+    torch.library.opcheck(torch.ops.fp8gemm.training_experts_backward.default, grads_args, test_utils=tests)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled = torch.compile(fused_experts, fullgraph=True, backend="aot_eager")(x, ids, weights, w13, w2)
+        assert torch.equal(compiled, fused_experts(x, ids, weights, w13, w2))
+    torch._dynamo.reset()

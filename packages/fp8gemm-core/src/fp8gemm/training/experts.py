@@ -126,7 +126,8 @@ def _backward_op(dout: torch.Tensor, saved: list[torch.Tensor], w13_t: torch.Ten
                  backend: str) -> list[torch.Tensor]:  # fmt: skip
     dtypes = GradDtypes(x_dtype, weights_dtype, w13_dtype, w2_dtype)
     grads = _backward(dout, Saved(*saved), w13_t, w13_scale_t, w2_t, w2_scale_t, Needs(*needs), dtypes, pow2, backend)
-    return [dout.new_empty(0) if g is None else g for g in grads]  # an op returns tensors: [0] for "not needed"
+    # an op returns tensors: [0] in the gradient's dtype for "not needed"
+    return [dout.new_empty(0, dtype=d) if g is None else g for g, d in zip(grads, dtypes, strict=True)]
 
 
 @_backward_op.register_fake
