@@ -13,11 +13,15 @@ import fp8gemm
 import pytest
 import torch
 import torch.nn.functional as F
+from fp8gemm import registry
 from fp8gemm.moe_reference import dequantize64
 from fp8gemm.nn import Fp8TrainingExperts, ReferenceOnCpuWarning, convert
+from fp8gemm.reference import REFERENCE
+from fp8gemm.registry import Selection
 from fp8gemm.testing.conformance import DEFAULT_SEED, relative_error
 from fp8gemm.training import experts_steps, fused_experts
 from fp8gemm.training.experts_steps import silu_and_mul_backward
+from test_grouped import refuse_host_reads
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 # FP8 against the unquantized math: x, both weights, the activation and each gradient operand rounded to e4m3, and
@@ -225,6 +229,18 @@ def test_no_tokens():
     out = fused_experts(x0, ids[:0], w0, w13, w2)
     out.sum().backward()
     assert out.shape == (0, 256) and torch.equal(w13.grad, torch.zeros_like(w13)) and x0.grad.shape == (0, 256)
+
+
+def test_forward_and_backward_never_read_values_on_the_host(monkeypatch):
+    """On meta tensors (no values, as a GPU's for the host): routing, quantizers, grouped GEMMs, k-grouped weight
+    gradients and both combines run forward and backward with every host read refused."""
+    leaves, ids, dout = make_case(Case(20, 4, 2), DEFAULT_SEED + 113)
+    leaves = [t.detach().to("meta").requires_grad_() for t in leaves]
+    monkeypatch.setattr(registry, "select", lambda device, backend=None: Selection(REFERENCE, "meta plays a GPU"))
+    with pytest.MonkeyPatch.context() as reads:
+        refuse_host_reads(reads)
+        fused_experts(leaves[0], ids.to("meta"), *leaves[1:]).backward(dout.to("meta"))
+    assert [tuple(t.grad.shape) for t in leaves] == [(20, 256), (20, 2), (4, 256, 256), (4, 256, 128)]
 
 
 def test_compiled_forward_and_backward_match_eager():
