@@ -90,20 +90,30 @@ def _forward_op(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Ten
     return _forward(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, pow2, keep_y, backend)
 
 
+def _saved_like(x, shape: MoeShape, fp8_dtype: torch.dtype, keep_y: bool) -> Saved:
+    """Empty tensors shaped as the forward's ``Saved`` (the fake implementation's)."""
+    rows, hidden, inter = shape.tokens * shape.top_k, shape.hidden, shape.intermediate
+    blocks = grouped_blocks(rows, shape.experts)
+    y_dtype = torch.bfloat16 if x.dtype is torch.bfloat16 else torch.float32
+    empty = lambda *size, dtype=torch.float32: x.new_empty(size, dtype=dtype)  # noqa: E731
+    return Saved(
+        offs=empty(shape.experts, dtype=torch.int32),
+        position=empty(shape.tokens, shape.top_k, dtype=torch.int64),
+        token=empty(rows, dtype=torch.int64),
+        row_weight=empty(rows),
+        x_t=empty(hidden, blocks * BLOCK, dtype=fp8_dtype),
+        x_scale_t=empty(hidden, blocks),
+        h=empty(rows, 2 * inter, dtype=saved_h_dtype(x.dtype)),
+        act_t=empty(inter, blocks * BLOCK, dtype=fp8_dtype),
+        act_scale_t=empty(inter, blocks),
+        y=empty(rows, hidden, dtype=y_dtype) if keep_y else empty(0, dtype=y_dtype),
+    )
+
+
 @_forward_op.register_fake
 def _(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, pow2, keep_y, backend):
     shape = check_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, "silu", None)
-    tokens, k, hidden, inter = shape.tokens, shape.top_k, shape.hidden, shape.intermediate
-    rows, blocks = tokens * k, grouped_blocks(tokens * k, shape.experts)
-    y_dtype = torch.bfloat16 if x.dtype is torch.bfloat16 else torch.float32
-    empty = lambda *size, dtype: x.new_empty(size, dtype=dtype)  # noqa: E731
-    saved = Saved(empty(shape.experts, dtype=torch.int32), empty(tokens, k, dtype=torch.int64),
-                  empty(rows, dtype=torch.int64), empty(rows, dtype=torch.float32),
-                  empty(hidden, blocks * BLOCK, dtype=w13.dtype), empty(hidden, blocks, dtype=torch.float32),
-                  empty(rows, 2 * inter, dtype=saved_h_dtype(x.dtype)), empty(inter, blocks * BLOCK, dtype=w13.dtype),
-                  empty(inter, blocks, dtype=torch.float32), empty(rows, hidden, dtype=y_dtype) if keep_y else
-                  empty(0, dtype=y_dtype))  # fmt: skip
-    return [x.new_empty((tokens, hidden)), *saved]
+    return [x.new_empty((shape.tokens, shape.hidden)), *_saved_like(x, shape, w13.dtype, keep_y)]
 
 
 def _backward_plan(dout, saved: Saved, w13_t, dtypes: GradDtypes, pow2: bool, backend: str) -> MoePlan:
