@@ -55,9 +55,9 @@ def grouped_product(plan: MoePlan, a, a_scale, b, b_scale, offs, dtype: torch.dt
 
 
 def _quantize(plan: MoePlan, rows: torch.Tensor, offs: torch.Tensor):
-    backend = plan.backend.name
+    """Sorted rows in FP8 with their per-expert aligned transpose, on the plan's backend and FP8 dtype."""
     return quantize_grouped_with_transpose(rows, offs, fp8_dtype=plan.fp8_dtype, pow2_scales=plan.pow2,
-                                           backend=backend)  # fmt: skip
+                                           backend=plan.backend.name)  # fmt: skip
 
 
 def forward_steps(plan: MoePlan, x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, keep_y: bool):
@@ -65,7 +65,7 @@ def forward_steps(plan: MoePlan, x, topk_ids, topk_weights, w13, w13_scale, w2, 
     silu(gate) * up quantized with its transpose, down GEMM, weighted combine."""
     tokens, k = topk_ids.shape
     experts, inter = plan.shape.experts, plan.shape.intermediate
-    valid, sorted_expert, order = sort_by_expert(topk_ids, experts)
+    valid, sorted_expert, order = sort_by_expert(topk_ids, experts)  # the routing of TorchSteps.prepare
     token = order // k
     offs = group_ends(sorted_expert, experts)
     position = torch.empty_like(order).scatter_(0, order, torch.arange(tokens * k, device=order.device))
@@ -75,8 +75,18 @@ def forward_steps(plan: MoePlan, x, topk_ids, topk_weights, w13, w13_scale, w2, 
     aq = _quantize(plan, silu_and_mul(h, inter), offs)
     y = grouped_product(plan, aq.q, aq.scale, w2, w2_scale, offs, plan.y_dtype)
     out = combine(y, position.view(tokens, k), weights, plan.out_dtype)
-    saved = Saved(offs, position.view(tokens, k), token, weights.reshape(-1).index_select(0, order), xq.q_t,
-                  xq.scale_t, h.to(saved_h_dtype(x.dtype)), aq.q_t, aq.scale_t, y if keep_y else y.new_empty(0))  # fmt: skip
+    saved = Saved(
+        offs=offs,
+        position=position.view(tokens, k),
+        token=token,
+        row_weight=weights.reshape(-1).index_select(0, order),
+        x_t=xq.q_t,
+        x_scale_t=xq.scale_t,
+        h=h.to(saved_h_dtype(x.dtype)),
+        act_t=aq.q_t,
+        act_scale_t=aq.scale_t,
+        y=y if keep_y else y.new_empty(0),
+    )
     return out, saved
 
 
