@@ -105,6 +105,14 @@ def test_input_dtypes_power_of_two_scales_and_rows_of_no_expert(dtype, pow2):
     assert torch.equal(got.q.view(torch.uint8), q.view(torch.uint8)) and torch.equal(got.scale, scale)
 
 
+def test_rows_of_no_expert_at_all():
+    """offs all zero: every row is past offs[-1]; x^T is all gap (zero codes, the all-zero block's scale)."""
+    x, _ = _rows([50], seed=15)
+    got = quantize_grouped_with_transpose(x, torch.zeros(3, dtype=torch.int32))
+    assert got.q_t.shape == (256, 128 * 4) and not got.q_t.view(torch.uint8).any()
+    assert torch.equal(got.scale_t, torch.full((256, 4), SCALE_FLOOR))
+
+
 def test_every_split_of_two_experts():
     """Two experts, every count 0..M for the first (M = 257 tokens): block boundaries at every offset."""
     x, _ = _rows([257], k=128, seed=4)
