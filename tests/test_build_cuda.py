@@ -41,7 +41,7 @@ def built(request, tmp_path_factory):
 
 
 ONE_SET = 1  # tile_config.hpp MainLoop::kOneSet
-SM90A_GEMM_KERNELS = 24  # tile_config.hpp: the 16 kTiles, the 6 kGroupedTiles and the 2 kWgradTiles
+SM90A_GEMM_KERNELS = 25  # tile_config.hpp: the 16 kTiles, the 6 kGroupedTiles and the 3 kWgradTiles
 WGRAD = 2  # tile_config.hpp GemmType::kWgrad
 
 
@@ -112,14 +112,15 @@ def test_sm90a_one_set_k_loop_is_unrolled(built):
 
 def test_sm90a_wgrad_kernels_promote_per_column(built):
     """wgrad_launch.cuh (GemmType::kWgrad): the one-set loop unrolled as the dense kernels' (256 rows: 8 K blocks of two
-    slices, 128 rows: 8, the remainder's 1 and the rolled copy's 1); each stage's B scales come by TMA (four 2-D loads
+    slices, 128 and 192 rows: 8, the remainder's 1 and the rolled copy's 1); each stage's B scales come by TMA (four 2-D loads
     a stage: A, B, both scales) and each K block's promotion reads its columns' pairs (LDS.64, one per 8-column group and
     slice) and multiplies both scales per accumulator (an FMUL beside each FFMA); fp32 out, stored directly (no TMA
     store)."""
     package, module = built
     if package != "fp8gemm-cuda-sm90a":
         pytest.skip("sm90a kernels only")
-    expected = {(256, 128, 2, ONE_SET): (8 + 1) * 2 * 4, (128, 128, 1, ONE_SET): (8 + 1 + 1) * 4}
+    expected = {(256, 128, 2, ONE_SET): (8 + 1) * 2 * 4, (192, 128, 1, ONE_SET): (8 + 1 + 1) * 4,
+                (128, 128, 1, ONE_SET): (8 + 1 + 1) * 4}  # fmt: skip
     found = {}
     for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
         if sm90a_kernel_params(name) and sm90a_gemm_type(name) == WGRAD:

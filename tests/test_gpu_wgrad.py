@@ -1,5 +1,5 @@
 """fp8gemm-cuda-sm90a's weight-gradient entry (csrc/wgrad_launch.cuh, GemmType::kWgrad) on the GPU, against the float64
-product of the same FP8 operands: both compiled kernels (sm90a_kernel_shapes.py WGRAD_KERNEL_SHAPES: M and N tails,
+product of the same FP8 operands: every compiled kernel (sm90a_kernel_shapes.py WGRAD_KERNEL_SHAPES: M and N tails,
 K block counts below and above the unrolled loop's, an odd N block count for the 256-row pairs), written into a
 NaN-poisoned out inside a NaN guard, added into a non-zero out (the rows a short last M block recomputes must not be
 added twice), accumulate into zeros bit for bit equal to the plain product, bf16 output bit for bit the float32 one

@@ -103,7 +103,10 @@ struct KernelTraits {
                 "grouped kernels: no K split; clusters pair N blocks (one group's rows)");
   // The one-set loop's stage release: one arrive per consumer warp (lane 0's) on 256-row tiles, one per
   // thread elsewhere; the two-set loop: per warp.
-  static constexpr bool kLane0Release = kSub == 2;
+  // Weight-gradient tiles with two running totals per warpgroup, or three warpgroups, read their B scales inside the
+  // promotion (no registers to hold them across the wgmma) and release the stage after it, one arrive per warp.
+  static constexpr bool kWgradLateRelease = kWgrad && (kSub > 1 || kConsumers > 2);
+  static constexpr bool kLane0Release = kSub == 2 || kWgradLateRelease;
   // The one-set loop unrolled 8 times on 256-row tiles; the other one-set tiles run the unrolled copy
   // only on segments of at least kUnrolledMinKb K blocks, a rolled one below.
   static constexpr bool kAlwaysUnrolled = kSub == 2;

@@ -14,7 +14,7 @@ namespace fp8gemm_sm90a {
 template <class C, int kCluster, class Former>
 __device__ __forceinline__ void one_set_block(Consumer<C, kCluster>& c, Former former, float (&acc)[C::kAcc],
                                               float (&total)[C::kSub][C::kAcc], int s, float sb0, float sb1) {
-  constexpr bool kLateRelease = C::kWgrad && C::kSub > 1;
+  constexpr bool kLateRelease = C::kWgradLateRelease;
   [[maybe_unused]] float2 sb_cols[C::kWgrad && !kLateRelease ? C::kGroups : 1];
 #pragma unroll
   for (int slice = 0; slice < C::kSub; ++slice) {

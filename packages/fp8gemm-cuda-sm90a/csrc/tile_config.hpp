@@ -77,6 +77,7 @@ constexpr int kGroupedTileCount = sizeof(kGroupedTiles) / sizeof(kGroupedTiles[0
 // tokens, so only the wide one-set tiles; the 256-row pair multicasts A along N, as the dense one.
 constexpr TileConfig kWgradTiles[] = {
     {128, 128, 1, MainLoop::kOneSet},
+    {192, 128, 1, MainLoop::kOneSet},
     {256, 128, 2, MainLoop::kOneSet},
 };
 constexpr int kWgradTileCount = sizeof(kWgradTiles) / sizeof(kWgradTiles[0]);
