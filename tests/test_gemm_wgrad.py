@@ -118,9 +118,10 @@ def test_compiled_per_row_and_accumulate_match_eager():
     assert torch.equal(out, 1 + product)
 
 
-def test_backends_fast_paths_never_see_the_per_row_form(fake_site, fake_gpu, monkeypatch):  # noqa: F811
-    """On a (fake) GPU with a backend and native ops: the native ops and the fast planner are not handed the per-row
-    form, and the backend's launch never runs for it; the block form still reaches all three."""
+def test_per_row_form_reaches_only_the_native_wgrad_op(fake_site, fake_gpu, monkeypatch):  # noqa: F811
+    """On a (fake) GPU with a backend and native ops: the per-row form goes to the native weight-gradient op (declined
+    here, as on an arch without one), never to the native GEMM, a fast plan or the backend's launch; the block form
+    still reaches all three."""
     fake_gpu(H100)
     a, b, a_scale, b_scale = _operands(41, 64, 48, 256)
     block_b, block_scale = fp8gemm.quantize_weight(b.float())
@@ -133,6 +134,12 @@ def test_backends_fast_paths_never_see_the_per_row_form(fake_site, fake_gpu, mon
 
         gemm_out = gemm
 
+        def wgrad(self, *args):
+            native_calls.append("wgrad")
+            raise RuntimeError(NATIVE_MISS + "declined by the test")
+
+        wgrad_out = wgrad
+
     monkeypatch.setattr(runtime, "native_ops", lambda t, other, requested: Native())
     real_fast = ops.fast_gemm_plan
     monkeypatch.setattr(ops, "fast_gemm_plan", lambda *args: fast_plans.append(real_fast(*args)) or fast_plans[-1])
@@ -140,13 +147,13 @@ def test_backends_fast_paths_never_see_the_per_row_form(fake_site, fake_gpu, mon
     launches.clear()
     out = torch.full((64, 48), float("nan"))
     fp8gemm.gemm(a, b, a_scale, b_scale, out=out, backend="hopper")
-    assert native_calls == [] and fast_plans == [None] and launches == []
+    assert native_calls == ["wgrad"] and fast_plans == [None] and launches == []
     assert relative_error(out, _float64_product(a, b, a_scale, b_scale)) < FP32_TOLERANCE
     fp8gemm.gemm(a, b, a_scale, b_scale, out=out, accumulate=True, backend="hopper")
-    assert native_calls == [] and launches == []
+    assert native_calls == ["wgrad"] * 2 and launches == []  # no wgrad_launch: the product, then one add
 
     fp8gemm.gemm(a, block_b, a_scale, block_scale, out=out, backend="hopper")
-    assert native_calls == ["gemm"] and [call["name"] for call in launches] == ["hopper"]
+    assert native_calls == ["wgrad", "wgrad", "gemm"] and [call["name"] for call in launches] == ["hopper"]
 
 
 @pytest.mark.parametrize("out_given", [False, True], ids=["returned", "out="])

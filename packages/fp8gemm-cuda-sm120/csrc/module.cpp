@@ -18,4 +18,8 @@ pybind11::dict build_info() {
 PYBIND11_MODULE(_C, m) {
   fp8gemm::define_arch_module(m, &build_info);
   fp8gemm::define_quantize_transposed_entry(m, &fp8gemm_sm120::quantize_transposed);  // fp8gemm/training_entries.hpp
+  static const fp8gemm::NativeTrainingEntries training{fp8gemm::kNativeTrainingEntriesVersion,
+                                                       sizeof(fp8gemm::NativeTrainingEntries),
+                                                       &fp8gemm_sm120::quantize_transposed, nullptr, nullptr, 0};
+  fp8gemm::define_native_training_entries(m, &training);
 }

@@ -46,6 +46,10 @@ PYBIND11_MODULE(_C, m) {
   fp8gemm::define_wgrad_entry(m, &fp8gemm_sm90a::wgrad_launch, &fp8gemm_sm90a::wgrad_workspace_bytes,
                               fp8gemm_sm90a::kWgradBScaleLdMultiple);
   fp8gemm::define_quantize_transposed_entry(m, &fp8gemm_sm90a::quantize_transposed);
+  static const fp8gemm::NativeTrainingEntries training{
+      fp8gemm::kNativeTrainingEntriesVersion, sizeof(fp8gemm::NativeTrainingEntries), &fp8gemm_sm90a::quantize_transposed,
+      &fp8gemm_sm90a::wgrad_launch, &fp8gemm_sm90a::wgrad_workspace_bytes, fp8gemm_sm90a::kWgradBScaleLdMultiple};
+  fp8gemm::define_native_training_entries(m, &training);
   // Not part of the protocol: the tests run every compiled grouped kernel, not only those the plan picks.
   m.def("grouped_tiles", [] {
     pybind11::list tiles;

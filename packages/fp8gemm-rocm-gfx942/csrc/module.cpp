@@ -43,6 +43,10 @@ PYBIND11_MODULE(_C, m) {
   // the transposing quantizer (quantize.hip quantize_transposed_kernel).
   fp8gemm::define_wgrad_entry(m, &wgrad_launch, &wgrad_workspace_bytes, kWgradBScaleLdMultiple);
   fp8gemm::define_quantize_transposed_entry(m, &quantize_transposed);
+  static const fp8gemm::NativeTrainingEntries training{fp8gemm::kNativeTrainingEntriesVersion,
+                                                       sizeof(fp8gemm::NativeTrainingEntries), &quantize_transposed,
+                                                       &wgrad_launch, &wgrad_workspace_bytes, kWgradBScaleLdMultiple};
+  fp8gemm::define_native_training_entries(m, &training);
   m.def("grouped_plan", &grouped_plan, "Grouped launch geometry for (masked, m, n, groups, expected_m)");
   m.def("plan", &plan, "Launch geometry for (m, n, k) on a GPU with `cus` compute units");
 }

@@ -1,6 +1,7 @@
 """An arch package's native ops: its ``_native_ops`` library (``fp8gemm/csrc/native_ops.cpp``, built where the
 build had torch >= 2.10) registers ``torch.ops.<package>.linear``, ``gemm``, ``gemm_out``, ``quantize_activation``,
-``fused_experts``, ``grouped_gemm_masked`` and ``grouped_gemm_masked_out`` in C++ on PyTorch's stable ABI. They take the steady-state call in one C++ call (checks, allocation, stream, launches)
+``fused_experts``, ``grouped_gemm_masked``, ``grouped_gemm_masked_out`` and the training ops ``quantize_transposed``,
+``wgrad``, ``wgrad_out``, ``linear_forward`` and ``linear_backward`` in C++ on PyTorch's stable ABI. They take the steady-state call in one C++ call (checks, allocation, stream, launches)
 and raise an error starting with :data:`NATIVE_MISS` on anything else; the public ops then run their Python planner,
 which handles the call or raises the precise error.
 """
@@ -30,6 +31,11 @@ class NativeOps(NamedTuple):
     fused_experts: object  # (x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, pow2_scales) -> out
     grouped_gemm_masked: object  # (a, b, a_scale, b_scale, masked_m, expected_m, fp32_out) -> out
     grouped_gemm_masked_out: object  # (a, b, a_scale, b_scale, masked_m, expected_m, out) -> None
+    quantize_transposed: object  # (x, pow2_scales, blocks) -> (q, scale, q_t, scale_t)
+    wgrad: object  # (a, b, a_scale, b_scale per row, fp32_out) -> out
+    wgrad_out: object  # (a, b, a_scale, b_scale per row, out, accumulate) -> None
+    linear_forward: object  # (x, weight, pow2_scales) -> (y, x_q_t, x_scale_t, w_q_t, w_scale_t)
+    linear_backward: object  # (dy, x_q_t, x_scale_t, w_q_t, w_scale_t, pow2_scales, dw_fp32) -> (dx, dw)
 
 
 _loaded: dict[str, Path] = {}  # namespace -> the library that registered it (one per process)
@@ -64,6 +70,8 @@ def load_native_ops(module: ModuleType, fp8_dtype: str, a_scale_layout: ScaleLay
             _loaded[package] = library
         ops = getattr(torch.ops, package)
         ops.bind(module.native_entries(), int(fp8_dtype == "float8_e4m3fnuz"), b_scale_layout.ld_multiple)
+        if hasattr(module, "native_training_entries"):  # else the training ops decline every call
+            ops.bind_training(module.native_training_entries())
     except (OSError, RuntimeError) as error:
         return None, f"no ({library.name} did not load: {error})"
     bound = NativeOps(*(getattr(ops, name).default for name in NativeOps._fields))

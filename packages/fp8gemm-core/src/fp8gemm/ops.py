@@ -80,13 +80,17 @@ def gemm(
         and len(a_scale.shape) == 2
         and (a_scale.stride(0) == 1 or a_scale.shape[0] == 1)
         and type(b_scale) is torch.Tensor
-        and b_scale.shape[:1] != b.shape[:1]  # a per-row b_scale (the 1D1D form) is the planner's: the reference
     ):
         try:
+            # a per-row b_scale [N, K/128] (N > 1: with one row the two forms coincide) is the weight-gradient form
+            per_row = b_scale.shape[:1] == b.shape[:1] and b.shape[0] > 1
             if out is None:
-                return native.gemm(a, b, a_scale, b_scale, out_dtype is torch.float32)
+                return (native.wgrad if per_row else native.gemm)(a, b, a_scale, b_scale, out_dtype is torch.float32)
             if out_dtype is None or out_dtype is out.dtype:
-                native.gemm_out(a, b, a_scale, b_scale, out)
+                if per_row:
+                    native.wgrad_out(a, b, a_scale, b_scale, out, False)
+                else:
+                    native.gemm_out(a, b, a_scale, b_scale, out)
                 return out
         except RuntimeError as error:
             reraise_unless_miss(error)

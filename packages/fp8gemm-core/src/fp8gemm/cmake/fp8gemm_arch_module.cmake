@@ -95,7 +95,8 @@ endfunction()
 
 set(FP8GEMM_NATIVE_OPS AUTO CACHE STRING "build the native ops library: AUTO (where torch >= 2.10 is importable), ON, OFF")
 set(FP8GEMM_NATIVE_OPS_SOURCES "${CMAKE_CURRENT_LIST_DIR}/../csrc/native_ops.cpp"
-                                "${CMAKE_CURRENT_LIST_DIR}/../csrc/native_moe.cpp")
+                                "${CMAKE_CURRENT_LIST_DIR}/../csrc/native_moe.cpp"
+                                "${CMAKE_CURRENT_LIST_DIR}/../csrc/native_training.cpp")
 
 # `_native_ops`: fp8gemm/csrc/native_ops.cpp, the package's GEMM, quantizer and Linear layer as torch dispatcher ops in
 # C++ under the namespace <package>, built against torch's stable ABI (TORCH_TARGET_VERSION 2.10: one build serves

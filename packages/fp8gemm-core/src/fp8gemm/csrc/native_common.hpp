@@ -30,6 +30,7 @@ using StreamGetter = AOTITorchError (*)(int32_t device, void** stream);
 
 struct Bound {
   fp8gemm::NativeEntries entries{};
+  fp8gemm::NativeTrainingEntries training{};  // null entries until bind_training (native_training.cpp)
   ScalarType fp8 = ScalarType::Float8_e4m3fn;
   int64_t b_scale_ld_multiple = 1;
   StreamGetter stream = nullptr;
@@ -142,6 +143,68 @@ inline std::pair<int64_t, int64_t> group_scale_lds(const Tensor& s, int32_t devi
   need(groups == 1 || s.stride(0) % 4 == 0, what);
   // one group: its stride is never applied, but a kernel's tensor map still wants it 16-byte aligned
   return {ld, groups == 1 ? (other * ld + 3) / 4 * 4 : s.stride(0)};
+}
+
+// x [..., k] as rows the kernels read in place: (m, ldx).
+inline std::pair<int64_t, int64_t> rows_of(const Tensor& x, int64_t k) {
+  need(x.dim() >= 1 && x.size(x.dim() - 1) == k && k > 0 && k % 128 == 0, "activation shape");
+  const int64_t m = x.numel() / k, size = x.scalar_type() == ScalarType::Float ? 4 : 2;
+  need(m > 0, "no rows");
+  int64_t ldx = k;
+  if (x.dim() == 2) {
+    ldx = x.stride(0);
+    need(x.stride(1) == 1 && ldx >= k, "activation layout");
+  } else {
+    need(x.is_contiguous(), "activation layout");
+  }
+  need((ldx * size) % 16 == 0 && aligned16(x), "activation alignment");
+  return {m, ldx};
+}
+
+// a [m, k] FP8 and its MN-major scales [m, k/128] of leading-dimension multiple mult: (lda, a_scale_ld).
+inline std::pair<int64_t, int64_t> fp8_rows_lds(const Tensor& a, const Tensor& a_scale, int32_t device, int64_t mult,
+                                                int64_t* m, int64_t* k) {
+  need_on(a, device, g.fp8, "a dtype or device");
+  need_on(a_scale, device, ScalarType::Float, "a_scale dtype or device");
+  need(a.dim() == 2 && a_scale.dim() == 2, "a or a_scale not 2-D");
+  *m = a.size(0);
+  *k = a.size(1);
+  need(*m > 0 && *k > 0 && *k % 128 == 0 && a_scale.size(0) == *m && a_scale.size(1) == *k / 128, "a shape");
+  const int64_t lda = a.stride(0);
+  need(a.stride(1) == 1 && lda >= *k && lda % 16 == 0 && aligned16(a), "a layout");
+  need(*m == 1 || a_scale.stride(0) == 1, "a_scale not MN-major");
+  const int64_t ld = *k > 128 ? a_scale.stride(1) : std::max<int64_t>(a_scale.stride(1), *m);
+  need(ld >= *m && ld % mult == 0 && aligned16(a_scale), "a_scale layout");
+  return {lda, ld};
+}
+
+// The weight [n, k] (FP8, rows 16-byte aligned) and its scale [ceil(n/128), k/128] K-major: (ldb, b_scale_ld).
+inline std::pair<int64_t, int64_t> weight_lds(const Tensor& b, const Tensor& b_scale, int64_t k, int32_t device) {
+  need_on(b, device, g.fp8, "weight dtype or device");
+  need_on(b_scale, device, ScalarType::Float, "weight scale dtype or device");
+  need(b.dim() == 2 && b_scale.dim() == 2, "weight or scale not 2-D");
+  const int64_t n = b.size(0), kb = k / 128, nb = (n + 127) / 128;
+  need(b.size(1) == k && n > 0 && n % 16 == 0, "weight shape");
+  need(b_scale.size(0) == nb && b_scale.size(1) == kb, "weight scale shape");
+  const int64_t ldb = b.stride(0);
+  need(b.stride(1) == 1 && ldb >= k && ldb % 16 == 0 && aligned16(b), "weight layout");
+  need(kb == 1 || b_scale.stride(1) == 1, "weight scale not K-major");
+  const int64_t ld = nb > 1 ? b_scale.stride(0) : std::max<int64_t>(b_scale.stride(0), kb);
+  need(ld >= kb && ld % g.b_scale_ld_multiple == 0 && aligned16(b_scale), "weight scale layout");
+  return {ldb, ld};
+}
+
+// out [m, n] <- a [m, k] b [n, k]^T, a's scales MN-major (a_scale_ld), b a weight with 128 x 128 block scales.
+inline void gemm_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale, Tensor& out,
+               int64_t m, int64_t k, int64_t lda, int64_t a_scale_ld, int32_t device, uintptr_t stream) {
+  const auto [ldb, b_scale_ld] = weight_lds(b, b_scale, k, device);
+  const int64_t n = b.size(0);
+  const int64_t bytes = g.entries.workspace_bytes(m, n, k);
+  Tensor workspace = empty(device, {bytes > 0 ? bytes : 1}, ScalarType::Byte);
+  g.entries.launch(fp8gemm::LaunchArgs{
+      address(a), address(b), address(a_scale), address(b_scale), address(out), bytes > 0 ? address(workspace) : 0,
+      m, n, k, lda, ldb, out.stride(0), a_scale_ld, b_scale_ld,
+      out.scalar_type() == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
 }
 
 }  // namespace fp8gemm_native

@@ -37,38 +37,6 @@ void bind(int64_t entries, int64_t fp8_kind, int64_t b_scale_ld_multiple) {
   g.bound = true;
 }
 
-// The weight [n, k] (FP8, rows 16-byte aligned) and its scale [ceil(n/128), k/128] K-major: (ldb, b_scale_ld).
-std::pair<int64_t, int64_t> weight_lds(const Tensor& b, const Tensor& b_scale, int64_t k, int32_t device) {
-  need_on(b, device, g.fp8, "weight dtype or device");
-  need_on(b_scale, device, ScalarType::Float, "weight scale dtype or device");
-  need(b.dim() == 2 && b_scale.dim() == 2, "weight or scale not 2-D");
-  const int64_t n = b.size(0), kb = k / 128, nb = (n + 127) / 128;
-  need(b.size(1) == k && n > 0 && n % 16 == 0, "weight shape");
-  need(b_scale.size(0) == nb && b_scale.size(1) == kb, "weight scale shape");
-  const int64_t ldb = b.stride(0);
-  need(b.stride(1) == 1 && ldb >= k && ldb % 16 == 0 && aligned16(b), "weight layout");
-  need(kb == 1 || b_scale.stride(1) == 1, "weight scale not K-major");
-  const int64_t ld = nb > 1 ? b_scale.stride(0) : std::max<int64_t>(b_scale.stride(0), kb);
-  need(ld >= kb && ld % g.b_scale_ld_multiple == 0 && aligned16(b_scale), "weight scale layout");
-  return {ldb, ld};
-}
-
-// x [..., k] as rows the kernels read in place: (m, ldx).
-std::pair<int64_t, int64_t> rows_of(const Tensor& x, int64_t k) {
-  need(x.dim() >= 1 && x.size(x.dim() - 1) == k && k > 0 && k % 128 == 0, "activation shape");
-  const int64_t m = x.numel() / k, size = x.scalar_type() == ScalarType::Float ? 4 : 2;
-  need(m > 0, "no rows");
-  int64_t ldx = k;
-  if (x.dim() == 2) {
-    ldx = x.stride(0);
-    need(x.stride(1) == 1 && ldx >= k, "activation layout");
-  } else {
-    need(x.is_contiguous(), "activation layout");
-  }
-  need((ldx * size) % 16 == 0 && aligned16(x), "activation alignment");
-  return {m, ldx};
-}
-
 std::vector<int64_t> with_last(const Tensor& x, int64_t last) {
   std::vector<int64_t> shape;
   for (int64_t d = 0; d + 1 < x.dim(); ++d) shape.push_back(x.size(d));
@@ -97,40 +65,11 @@ Tensor linear(Tensor x, Tensor weight, Tensor weight_scale, bool pow2_scales) {
   return y;
 }
 
-// a [m, k] FP8 and its MN-major scales [m, k/128]: (lda, a_scale_ld).
-std::pair<int64_t, int64_t> activation_lds(const Tensor& a, const Tensor& a_scale, int32_t device, int64_t* m,
-                                           int64_t* k) {
-  need_on(a, device, g.fp8, "a dtype or device");
-  need_on(a_scale, device, ScalarType::Float, "a_scale dtype or device");
-  need(a.dim() == 2 && a_scale.dim() == 2, "a or a_scale not 2-D");
-  *m = a.size(0);
-  *k = a.size(1);
-  need(*m > 0 && *k > 0 && *k % 128 == 0 && a_scale.size(0) == *m && a_scale.size(1) == *k / 128, "a shape");
-  const int64_t lda = a.stride(0), mult = g.entries.a_scale_ld_multiple;
-  need(a.stride(1) == 1 && lda >= *k && lda % 16 == 0 && aligned16(a), "a layout");
-  need(*m == 1 || a_scale.stride(0) == 1, "a_scale not MN-major");
-  const int64_t ld = *k > 128 ? a_scale.stride(1) : std::max<int64_t>(a_scale.stride(1), *m);
-  need(ld >= *m && ld % mult == 0 && aligned16(a_scale), "a_scale layout");
-  return {lda, ld};
-}
-
-void gemm_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale, Tensor& out,
-               int64_t m, int64_t k, int64_t lda, int64_t a_scale_ld, int32_t device, uintptr_t stream) {
-  const auto [ldb, b_scale_ld] = weight_lds(b, b_scale, k, device);
-  const int64_t n = b.size(0);
-  const int64_t bytes = g.entries.workspace_bytes(m, n, k);
-  Tensor workspace = empty(device, {bytes > 0 ? bytes : 1}, ScalarType::Byte);
-  g.entries.launch(fp8gemm::LaunchArgs{
-      address(a), address(b), address(a_scale), address(b_scale), address(out), bytes > 0 ? address(workspace) : 0,
-      m, n, k, lda, ldb, out.stride(0), a_scale_ld, b_scale_ld,
-      out.scalar_type() == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
-}
-
 Tensor gemm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, bool fp32_out) {
   int32_t device = 0;
   const uintptr_t stream = current_stream(a, &device);
   int64_t m = 0, k = 0;
-  const auto [lda, a_scale_ld] = activation_lds(a, a_scale, device, &m, &k);
+  const auto [lda, a_scale_ld] = fp8_rows_lds(a, a_scale, device, g.entries.a_scale_ld_multiple, &m, &k);
   need(b.dim() == 2, "b not 2-D");
   Tensor out = empty(device, {m, b.size(0)}, fp32_out ? ScalarType::Float : ScalarType::BFloat16);
   gemm_into(a, b, a_scale, b_scale, out, m, k, lda, a_scale_ld, device, stream);
@@ -141,7 +80,7 @@ void gemm_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor out) {
   int32_t device = 0;
   const uintptr_t stream = current_stream(a, &device);
   int64_t m = 0, k = 0;
-  const auto [lda, a_scale_ld] = activation_lds(a, a_scale, device, &m, &k);
+  const auto [lda, a_scale_ld] = fp8_rows_lds(a, a_scale, device, g.entries.a_scale_ld_multiple, &m, &k);
   need(b.dim() == 2 && out.dim() == 2 && out.size(0) == m && out.size(1) == b.size(0), "out shape");
   const ScalarType t = out.scalar_type();
   need((t == ScalarType::BFloat16 || t == ScalarType::Float) && out.is_cuda() && out.get_device_index() == device,

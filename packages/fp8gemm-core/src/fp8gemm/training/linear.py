@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import torch
 
+from .. import runtime
 from ..linear import linear as fp8_linear
+from ..native import reraise_unless_miss
 from ..ops import gemm
 from ..plans import gemm_dtype
 from ..quantize import quantize_weight
@@ -61,14 +63,53 @@ def _forward_gemm(q, scale, w_q, w_scale, bias, x_dtype, backend) -> torch.Tenso
     return y if y.dtype is x_dtype else y.to(x_dtype)
 
 
+def _native_forward(x, weight, pow2_scales: bool, backend: str | None):
+    """The backend's native forward (quantizers and GEMM in one C++ call) on a bf16 x, or None where it declines."""
+    # fp16/fp32 x: an fp32 GEMM and a conversion, the Python path's; compiled: the ops with fake implementations
+    if x.dtype is not torch.bfloat16 or torch.compiler.is_compiling():
+        return None
+    native = runtime.native_ops(x, weight, backend)
+    if native is None:
+        return None
+    try:
+        return native.linear_forward(x, weight, pow2_scales)
+    except RuntimeError as error:
+        reraise_unless_miss(error)
+    return None
+
+
+def _native_backward(ctx, dy2d, saved):
+    """The backend's native backward (dY's quantizer, dX and dW) where x and the weight both need gradients, bf16 dY
+    and a bf16 or float32 weight; None where it declines."""
+    if dy2d.dtype is not torch.bfloat16 or ctx.weight_dtype not in (torch.bfloat16, torch.float32) or not dy2d.shape[0]:
+        return None
+    if torch.compiler.is_compiling():
+        return None
+    native = runtime.native_ops(dy2d, saved[0], ctx.backend)
+    if native is None:
+        return None
+    try:
+        return native.linear_backward(dy2d, *saved, ctx.pow2_scales, ctx.weight_dtype is torch.float32)
+    except RuntimeError as error:
+        reraise_unless_miss(error)
+    return None
+
+
 class _Fp8LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, pow2_scales: bool, backend: str | None):
         n, k = weight.shape
-        xq = quantize_with_transpose(x, pow2_scales=pow2_scales, backend=backend)
-        wq = quantize_weight_with_transpose(weight, fp8_dtype=xq.q.dtype, pow2_scales=pow2_scales)
-        y = _forward_gemm(xq.q, xq.scale, wq.q, wq.scale, bias, x.dtype, backend)
-        ctx.save_for_backward(xq.q_t, xq.scale_t, wq.q_t, wq.scale_t)
+        native = _native_forward(x, weight, pow2_scales, backend)
+        if native is not None:
+            y, *saved = native
+            if bias is not None:
+                y.add_(bias)
+        else:
+            xq = quantize_with_transpose(x, pow2_scales=pow2_scales, backend=backend)
+            wq = quantize_weight_with_transpose(weight, fp8_dtype=xq.q.dtype, pow2_scales=pow2_scales)
+            y = _forward_gemm(xq.q, xq.scale, wq.q, wq.scale, bias, x.dtype, backend)
+            saved = (xq.q_t, xq.scale_t, wq.q_t, wq.scale_t)
+        ctx.save_for_backward(*saved)
         ctx.x_shape, ctx.x_dtype, ctx.weight_dtype = x.shape, x.dtype, weight.dtype
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.pow2_scales, ctx.backend = pow2_scales, backend
@@ -76,12 +117,18 @@ class _Fp8LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        x_q_t, x_scale_t, w_q_t, w_scale_t = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        x_q_t, x_scale_t, w_q_t, w_scale_t = saved
         k, n = w_q_t.shape
         dy2d = dy.reshape(-1, n)
         dx = dw = dbias = None
         need_x, need_w, need_bias = ctx.needs_input_grad[:3]
-        if need_x or need_w:
+        native = _native_backward(ctx, dy2d, saved) if need_x and need_w else None
+        if native is not None:
+            dx, dw = native
+            dx = dx.view(ctx.x_shape)
+            need_x = need_w = False
+        if need_x or need_w:  # the Python path
             dq = quantize_with_transpose(dy2d, fp8_dtype=x_q_t.dtype, pow2_scales=ctx.pow2_scales, backend=ctx.backend)
         if need_x:
             dx = gemm(dq.q, w_q_t, dq.scale, w_scale_t, out_dtype=gemm_dtype(ctx.x_dtype), backend=ctx.backend)

@@ -17,6 +17,7 @@ import torch
 
 from .. import registry, runtime
 from ..autograd import refuse_grad
+from ..native import reraise_unless_miss
 from ..protocol import MN_MAJOR, ScaleLayout
 from ..quantize import quantize_activation, quantize_weight
 from ..reference import BLOCK, reference_quantize
@@ -112,10 +113,10 @@ def _plan(device: torch.device, fp8_dtype: torch.dtype | None, blocks: bool, bac
     return found
 
 
-def _outputs(x: torch.Tensor, fp8_dtype: torch.dtype | None, blocks: bool, backend: str | None):
+def _outputs(x: torch.Tensor, fp8_dtype: torch.dtype | None, blocks: bool, backend: str | None, plan=None):
     """Empty outputs of one call on ``x`` (q, scale, q_t, scale_t, in the layouts of the backend for x's device) and
     that backend when its transposing kernel takes the call (else None)."""
-    plan = _plan(x.device, fp8_dtype, blocks, backend)
+    plan = plan or _plan(x.device, fp8_dtype, blocks, backend)
     k = x.shape[-1]
     m = x.numel() // k
     m_t = m if blocks else padded_rows(m)
@@ -130,8 +131,17 @@ def _outputs(x: torch.Tensor, fp8_dtype: torch.dtype | None, blocks: bool, backe
 
 def _quantize_transposed(x, fp8_dtype, pow2: bool, blocks: bool, backend: str | None):
     """Both quantizations of x (the op's eager body): the backend's one launch where it takes the call, else the
-    reference written into the same layouts."""
-    out, kernel = _outputs(x, fp8_dtype, blocks, backend)
+    reference written into the same layouts; the backend's native op (checks, outputs and launch in C++) where it
+    takes the call."""
+    plan = _plan(x.device, fp8_dtype, blocks, backend)
+    if plan.kernel is not None:
+        native = runtime.native_ops(x, x, backend)
+        if native is not None:
+            try:
+                return native.quantize_transposed(x, pow2, blocks)
+            except RuntimeError as error:
+                reraise_unless_miss(error)
+    out, kernel = _outputs(x, fp8_dtype, blocks, backend, plan)
     q, scale, q_t, scale_t = out
     x2d = x.reshape(-1, x.shape[-1])
     if kernel is not None:

@@ -14,6 +14,7 @@
 #include "fp8gemm/backend.hpp"
 #include "fp8gemm/grouped_launch.hpp"
 #include "fp8gemm/linear_steps.hpp"
+#include "fp8gemm/native_entries.hpp"
 #include "fp8gemm/wire.hpp"
 
 namespace fp8gemm {
@@ -122,6 +123,13 @@ void define_quantize_transposed_entry(pybind11::module_& m, QuantizeTransposed q
       },
       "Enqueue one quantization of an operand and its transpose (one read): `args` is the address of a packed "
       "fp8gemm.protocol.QUANTIZE_TRANSPOSED_ARGS");
+}
+
+// The optional training entries for the native ops library (fp8gemm/native_entries.hpp) as
+// native_training_entries(): the address of `entries`, a static of the arch's module, null pointers for what it lacks.
+inline void define_native_training_entries(pybind11::module_& m, const NativeTrainingEntries* entries) {
+  m.def("native_training_entries", [entries] { return reinterpret_cast<uintptr_t>(entries); },
+        "The address of this module's training entries for its native ops library (fp8gemm/native_entries.hpp)");
 }
 
 // The leading-dimension multiple (elements) of the arch's MN-major A scales, as a_scale_ld_multiple(): its

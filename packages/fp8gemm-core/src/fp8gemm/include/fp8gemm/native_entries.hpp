@@ -27,4 +27,17 @@ struct NativeEntries {
   int64_t (*moe_workspace_bytes)(int64_t tokens, int64_t top_k, int64_t experts);
 };
 
+// The optional training entries (fp8gemm/training_entries.hpp), handed over apart (`_C.native_training_entries()`,
+// filled by backend_module.hpp's define_wgrad_entry and define_quantize_transposed_entry): null where the arch has none.
+constexpr uint32_t kNativeTrainingEntriesVersion = 1;
+
+struct NativeTrainingEntries {
+  uint32_t version;  // kNativeTrainingEntriesVersion
+  uint32_t size;     // sizeof(NativeTrainingEntries)
+  void (*quantize_transposed)(const QuantizeTransposedArgs&);
+  void (*wgrad_launch)(const WgradArgs&);
+  int64_t (*wgrad_workspace_bytes)(int64_t m, int64_t n, int64_t k);
+  int32_t wgrad_b_scale_ld_multiple;  // of the MN-major per-row B scales wgrad_launch reads
+};
+
 }  // namespace fp8gemm
