@@ -167,3 +167,33 @@ def test_per_row_form_in_bf16_is_the_float32_product_rounded_once(out_given):
     else:
         out = fp8gemm.gemm(a, b, a_scale, b_scale)
     assert out.dtype == torch.bfloat16 and torch.equal(out, want)
+
+
+def test_the_compiled_ops_bodies_take_the_native_ops_first(fake_site, fake_gpu, monkeypatch):  # noqa: F811
+    """torch.ops.fp8gemm.gemm / gemm_out / quantize_activation, what a compiled graph calls, run the native op as an
+    eager call does (its result returned as is), so compiled code pays one C++ call, not the Python planner."""
+    fake_gpu(H100)
+    a, b, a_scale, b_scale = _operands(43, 64, 48, 256)
+    block_b, block_scale = fp8gemm.quantize_weight(b.float())
+    marker = torch.full((64, 48), 7.0)
+    calls = []
+
+    class Native:
+        def gemm(self, *args):
+            calls.append("gemm")
+            return marker
+
+        def gemm_out(self, *args):
+            calls.append("gemm_out")
+
+        def quantize_activation(self, x, pow2):
+            calls.append("quantize_activation")
+            return marker, marker
+
+    monkeypatch.setattr(runtime, "native_ops", lambda t, other, requested: Native())
+    lib = getattr(torch.ops, runtime.LIBRARY)
+    assert lib.gemm(a, block_b, a_scale, block_scale, torch.bfloat16, "hopper") is marker
+    out = torch.empty(64, 48, dtype=torch.bfloat16)
+    lib.gemm_out(a, block_b, a_scale, block_scale, out, "hopper")
+    assert lib.quantize_activation(torch.randn(4, 256), None, False, "hopper")[0] is marker
+    assert calls == ["gemm", "gemm_out", "quantize_activation"]

@@ -21,8 +21,7 @@ from .validation import GEMM_NAMES, check_accumulate, check_inputs, conform_scal
 @runtime.op("gemm", "gemm", GEMM_NAMES)
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
              out_dtype: torch.dtype, backend: str) -> torch.Tensor:  # fmt: skip
-    plan = fast_gemm_plan(a, b, a_scale, b_scale, None, out_dtype, backend)
-    return _run(plan or checked_gemm_plan(a, b, a_scale, b_scale, None, out_dtype, backend), a, b, None)
+    return eager_gemm(a, b, a_scale, b_scale, None, out_dtype, backend or None)
 
 
 @_gemm_op.register_fake
@@ -34,8 +33,7 @@ def _(a, b, a_scale, b_scale, out_dtype, backend):
 @runtime.op("gemm_out", "gemm", (*GEMM_NAMES, "out"), mutates_args=("out",))
 def _gemm_out_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
                  out: torch.Tensor, backend: str) -> None:  # fmt: skip
-    plan = fast_gemm_plan(a, b, a_scale, b_scale, out, None, backend)
-    _run(plan or checked_gemm_plan(a, b, a_scale, b_scale, out, None, backend), a, b, out)
+    eager_gemm(a, b, a_scale, b_scale, out, None, backend or None)
 
 
 @_gemm_out_op.register_fake
@@ -69,7 +67,12 @@ def gemm(
             _ops.gemm_out(a, b, a_scale, b_scale, out, backend or "")
             return out
         return _ops.gemm(a, b, a_scale, b_scale, out_dtype or torch.bfloat16, backend or "")
-    # Eager calls skip the Python op: the backend's native op where it takes the call, else the planned call.
+    return eager_gemm(a, b, a_scale, b_scale, out, out_dtype, backend)
+
+
+def eager_gemm(a, b, a_scale, b_scale, out, out_dtype, backend: str | None) -> torch.Tensor:
+    """One call (eager calls skip the Python op; also the compiled ops' body): the backend's native op where it takes
+    the call, else the planned call."""
     # MN-major a_scale (quantize_activation's), a valid out_dtype: what the native op takes (a declined call costs an
     # exception before the planner, and caller scales in row-major are common)
     native = runtime.native_ops(a, b, backend)

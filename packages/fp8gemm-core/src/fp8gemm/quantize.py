@@ -23,7 +23,7 @@ from .validation import check_fp8_dtype, check_source
 @runtime.op("quantize_activation", "quantize_activation", ("x",))
 def _quantize_op(x: torch.Tensor, fp8_dtype: torch.dtype | None, pow2_scales: bool,
                  backend: str) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    return run_quantize(plan_quantize(x, fp8_dtype, backend), x, pow2_scales)
+    return eager_quantize(x, fp8_dtype, pow2_scales, backend or None)
 
 
 @_quantize_op.register_fake
@@ -53,6 +53,11 @@ def quantize_activation(
     refuse_grad("quantize_activation", ("x",), (x,))  # traced as a guard under torch.compile
     if torch.compiler.is_compiling():
         return _ops.quantize_activation(x, fp8_dtype, pow2_scales, backend or "")
+    return eager_quantize(x, fp8_dtype, pow2_scales, backend)
+
+
+def eager_quantize(x, fp8_dtype, pow2_scales: bool, backend: str | None):
+    """One call (also the compiled op's body): the backend's native op where it takes it, else the planned call."""
     native = runtime.native_ops(x, x, backend)
     if native is not None and fp8_dtype is None:  # the backend's dtype, which the native op writes
         try:
