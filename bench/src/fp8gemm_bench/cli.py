@@ -18,7 +18,17 @@ from fp8gemm.cli_args import UsageError, count_argument, default_device, error_m
 from rich.progress import Progress
 from rich.table import Table
 
-from . import accuracy, bench, grouped_bench, layer_bench, moe_bench, train_bench, train_fsdp, train_run
+from . import (
+    accuracy,
+    bench,
+    grouped_bench,
+    layer_bench,
+    moe_bench,
+    train_bench,
+    train_fsdp,
+    train_moe_bench,
+    train_run,
+)
 from .summaries import (
     console,
     memory_text,
@@ -26,6 +36,7 @@ from .summaries import (
     print_bench_table,
     print_grouped_summary,
     print_moe_summary,
+    print_train_moe_summary,
     print_train_summary,
 )
 
@@ -114,7 +125,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="time one Linear layer's forward and backward (ours, bf16 nn.Linear, torchao's Float8BlockwiseLinear on "
         "either GEMM backend) at Llama-3-8B and DeepSeek-V3 shapes, the weight-gradient GEMM alone (ours, DeepGEMM's "
-        "1D1D, torch's blockwise scaled_mm) and each layer's gradient error (docs/training.md)",
+        "1D1D, torch's blockwise scaled_mm) and each layer's gradient error (docs/training.md); with --moe: the "
+        "experts layer's forward and backward (ours, bf16 torch._grouped_mm, torchao's FP8 blockwise grouped_mm) and "
+        "the k-grouped weight gradient (ours, DeepGEMM's with its padding) against its roofline",
     )
     p.add_argument(
         "--train-run",
@@ -154,7 +167,8 @@ def run(args) -> int:
     """Run ``fp8gemm bench``; its exit status."""
     device = args.device or default_device()
     backend = requested_backend(args)
-    modes = {"--layer": args.layer, "--grouped": args.grouped, "--moe": args.moe, "--train": args.train,
+    moe_alone = args.moe and not args.train  # --train --moe is one benchmark: the experts layer's training
+    modes = {"--layer": args.layer, "--grouped": args.grouped, "--moe": moe_alone, "--train": args.train,
              "--train-run": args.train_run, "--train-fsdp": args.train_fsdp}  # fmt: skip
     if sum(map(bool, modes.values())) > 1:
         chosen = [name for name, on in modes.items() if on]
@@ -215,8 +229,8 @@ def _train_modes(args, device: torch.device) -> int:
         raise UsageError("--throughput goes with --train-run")
     if args.steps and not (args.train_run or args.train_fsdp):
         raise UsageError("--steps goes with --train-run or --train-fsdp; --train times its own case list")
-    if args.shapes and not args.train:
-        raise UsageError("--shapes goes with --train; the training runs have their own model")
+    if args.shapes and not (args.train and not args.moe):
+        raise UsageError("--shapes goes with --train; the training runs and --train --moe have their own cases")
     if args.resume and not (args.train and args.json):
         raise UsageError("--resume goes with --train and --json naming the earlier run's report")
     if args.quick or args.decode:
@@ -236,6 +250,8 @@ def _train_modes(args, device: torch.device) -> int:
                          f"{torch.cuda.device_count()}; run it on a machine with two")  # fmt: skip
     console.print(f"data seed {args.seed} (--seed {args.seed} draws the same data)", highlight=False)
     say = lambda text: console.print(text, highlight=False)  # noqa: E731
+    if args.train and args.moe:
+        return _bench_train_moe(args, device, say)
     if args.train:
         earlier = _earlier_report(args)
         checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
@@ -266,6 +282,15 @@ def _train_modes(args, device: torch.device) -> int:
             + f"; converted / bf16 {s['final_loss_ratio']:.4f}; tokens/s ratio {s['tokens_per_s_ratio']:.3f}x"
             + memory_text(s.get("peak_memory_ratio")))  # fmt: skip
     return _write_outputs(args, report, _save_atomically, train_run.plot)
+
+
+def _bench_train_moe(args, device: torch.device, say) -> int:
+    """``--train --moe``: the experts layer's forward and backward and the k-grouped weight gradient."""
+    checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
+    report = train_moe_bench.run(device, smoke=args.smoke, progress=say, earlier=_earlier_report(args),
+                                 checkpoint=checkpoint, seed=args.seed)  # fmt: skip
+    print_train_moe_summary(report)
+    return _write_outputs(args, report, _save_atomically, train_moe_bench.plot)
 
 
 def _write_outputs(args, report: dict, save_json, plot) -> int:

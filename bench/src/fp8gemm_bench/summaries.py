@@ -46,6 +46,22 @@ def print_train_summary(report: dict) -> None:
         console.print(f"{name}: {why}", highlight=False)
 
 
+def print_train_moe_summary(report: dict) -> None:
+    """``--train --moe``: each ratio of the summary, the targets, the gradient errors and the paths not run."""
+    for key, s in report["summary"].items():
+        if key != "targets" and s["cases"]:
+            console.print(f"{key}: geomean {s['geomean']:.2f}, from {s['slowest']:.2f} ({s['slowest_case']}) to "
+                          f"{s['worst']:.2f} ({s['worst_case']}), {s['cases']} cases", highlight=False)  # fmt: skip
+    for key, t in report["summary"]["targets"].items():
+        console.print(f"target {key}: {t['target']}, measured {t['measured']}, met {t['met']}", highlight=False)
+    for r in report["gradient_errors"]:
+        cells = [f"{name} " + " ".join(f"{k} {e:.2e}" for k, e in errs.items()) for name, errs in r["rel_err"].items()]
+        console.print(f"gradient error vs float64, {r['model']} E{r['experts']} T{r['tokens']}: " + "; ".join(cells),
+                      highlight=False)  # fmt: skip
+    for name, why in report["environment"].get("missing", {}).items():
+        console.print(f"{name}: {why}", highlight=False)
+
+
 def print_moe_summary(report: dict) -> None:
     table = Table(title="MoE experts layer: speed of ours over the other path (its time / ours), geomean over cases")
     for col in ("ours", "other path", "cases", "geomean", "slowest", "slowest case"):

@@ -397,21 +397,31 @@ def run(device, shapes=None, *, smoke: bool = False, progress=print, earlier: di
             cells = [f"{n}: dx {e['dx']:.2e} dw {e['dw']:.2e}" for n, e in r["rel_err"].items()]
             progress(f"gradient error at {r['m']}x{r['n']}x{r['k']}: " + "; ".join(cells))
     fp8 = preferred_fp8_dtype(device)
+
+    def time_case(i: int, case: Case) -> dict:
+        if case.set == "layer":
+            return time_layer_case(case, device, seed, timer, missing, i)
+        return time_wgrad_case(case, device, seed, timer, missing, fp8, i)
+
+    time_cases(cases, report, time_case, summarize, lambda row: progress(_row_text(row)), checkpoint)
+    return report
+
+
+def time_cases(cases: list, report: dict, time_case, summarize, show, checkpoint) -> None:
+    """Time every case whose label is not among ``report``'s rows (``time_case(index, case) -> row``), showing,
+    summarizing and checkpointing after each; then the rows in case order and the report complete."""
+    rows, labels = report["rows"], [c.label for c in cases]
     for i, case in enumerate(cases):
         if any(r["label"] == case.label for r in rows):
             continue
-        if case.set == "layer":
-            rows.append(time_layer_case(case, device, seed, timer, missing, i))
-        else:
-            rows.append(time_wgrad_case(case, device, seed, timer, missing, fp8, i))
-        progress(_row_text(rows[-1]))
+        rows.append(time_case(i, case))
+        show(rows[-1])
         report["summary"] = summarize(rows)
         if checkpoint:
             checkpoint(report)
     rows.sort(key=lambda r: labels.index(r["label"]))
     report["summary"] = summarize(rows)
     del report["partial"]
-    return report
 
 
 def _row_text(row: dict) -> str:
