@@ -3,7 +3,7 @@ bf16 ``nn.Linear`` and torchao's ``Float8BlockwiseLinear`` with either of its GE
 Llama-3-8B and of DeepSeek-V3's dense layers; and the weight-gradient GEMM alone (dW = dY^T X, both operands with 1x128
 scales along the tokens, float32 out) against DeepGEMM's sm90 1D1D kernel and torch's blockwise ``scaled_mm``.
 
-Timing: eager calls as a training step makes them, each path warmed up (at least ``WARMUP_CALLS`` calls and
+Timing (``train_timing``): eager calls as a training step makes them, each path warmed up (at least ``WARMUP_CALLS`` calls and
 ``WARMUP_SECONDS``, so every path starts from the same loaded clocks), then ``ITERS`` calls each between two CUDA
 events; the median. The layer's step sets the gradients to None first (``zero_grad``'s default), so dW is written,
 not accumulated. TFLOP/s count the three GEMMs (6 M N K) of the layer, 2 M N K of the GEMM.
@@ -16,8 +16,6 @@ apart, at ``ERROR_M`` tokens: y, dX and dW of each path against float64 autograd
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,6 +41,7 @@ from .train_peers import (
     missing_paths,
     wgrad_operands,
 )
+from .train_timing import Timer, time_cases
 
 # (N, K) of each layer: out_features, in_features. Llama-3-8B: q,k,v fused (4096 + 2 x 1024), gate and up fused.
 LLAMA3_8B_NK = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
@@ -64,7 +63,6 @@ DEEPGEMM_WGRAD_NK = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (71
 DEEPGEMM_WGRAD_M = 4096
 ERROR_M = 512  # tokens of the accuracy rows
 CHECK_ROWS = 128  # rows of dW checked against float64 before a weight-gradient path is timed
-ITERS, WARMUP_CALLS, WARMUP_SECONDS = 10, 3, 0.2
 # --smoke: the harness end to end in seconds on a CPU (the reference), no measurement.
 SMOKE_NK = {"smoke": {"a": (256, 128), "b": (128, 384)}}
 SMOKE_M, SMOKE_DEEPGEMM_NK, SMOKE_ERROR_M, SMOKE_ITERS = (256,), [(192, 256)], 128, 2
@@ -122,44 +120,6 @@ def wgrad_cases(layers: list[Case], smoke: bool = False, own_shapes: bool = True
 def is_deepgemm_own(row: dict) -> bool:
     """A weight-gradient case on one of DeepGEMM's own test shapes."""
     return row["set"] == "wgrad" and row["m"] == DEEPGEMM_WGRAD_M and (row["n"], row["k"]) in DEEPGEMM_WGRAD_NK
-
-
-class Timer:
-    """Seconds per call of ``fn``: warm-up (``warmup_calls`` and ``warmup_seconds``), then ``iters`` calls each timed
-    alone (CUDA events on a GPU, the wall clock elsewhere); the median, and every sample in ``last``."""
-
-    def __init__(self, device, iters: int = ITERS, warmup_calls: int = WARMUP_CALLS,
-                 warmup_seconds: float = WARMUP_SECONDS):  # fmt: skip
-        self.device, self.iters = torch.device(device), iters
-        self.warmup_calls, self.warmup_seconds = warmup_calls, warmup_seconds
-        self.last: list[float] = []
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def __call__(self, fn) -> float:
-        start, calls = time.perf_counter(), 0
-        while calls < self.warmup_calls or time.perf_counter() - start < self.warmup_seconds:
-            fn()
-            calls += 1
-            self._sync()
-        if self.device.type == "cuda":
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(self.iters)]  # fmt: skip
-            for begin, end in events:
-                begin.record()
-                fn()
-                end.record()
-            self._sync()
-            self.last = [begin.elapsed_time(end) * 1e-3 for begin, end in events]
-        else:
-            self.last = []
-            for _ in range(self.iters):
-                t0 = time.perf_counter()
-                fn()
-                self.last.append(time.perf_counter() - t0)
-        return statistics.median(self.last)
 
 
 def _inputs(seed: int, device, key: str, m: int, n: int, k: int):
@@ -405,23 +365,6 @@ def run(device, shapes=None, *, smoke: bool = False, progress=print, earlier: di
 
     time_cases(cases, report, time_case, summarize, lambda row: progress(_row_text(row)), checkpoint)
     return report
-
-
-def time_cases(cases: list, report: dict, time_case, summarize, show, checkpoint) -> None:
-    """Time every case whose label is not among ``report``'s rows (``time_case(index, case) -> row``), showing,
-    summarizing and checkpointing after each; then the rows in case order and the report complete."""
-    rows, labels = report["rows"], [c.label for c in cases]
-    for i, case in enumerate(cases):
-        if any(r["label"] == case.label for r in rows):
-            continue
-        rows.append(time_case(i, case))
-        show(rows[-1])
-        report["summary"] = summarize(rows)
-        if checkpoint:
-            checkpoint(report)
-    rows.sort(key=lambda r: labels.index(r["label"]))
-    report["summary"] = summarize(rows)
-    del report["partial"]
 
 
 def _row_text(row: dict) -> str:

@@ -5,7 +5,7 @@ GEMM in the same layer; and the k-grouped weight gradient alone on the layer's t
 dW13 = dH^T x) against DeepGEMM's ``k_grouped_fp8_gemm_nt_contiguous`` with the padding to 128 tokens its caller pays,
 beside its roofline and the dense weight-gradient GEMM's TFLOP/s on the same token count (paths: train_moe_peers.py).
 
-Timing as ``--train``'s (``train_bench.Timer``: eager calls, warm-up, median). TFLOP/s count 3 x 2 T k 3 H I for the
+Timing as ``--train``'s (``train_timing.Timer``: eager calls, warm-up, median). TFLOP/s count 3 x 2 T k 3 H I for the
 layer, 2 R N K for a k-grouped product (R = T k routed rows). The roofline of a k-grouped product is the larger of its
 FLOPs at the dense forward-form GEMM's measured TFLOP/s on [R, N, K] and its bytes (operands, scales, fp32 output) at
 the measured copy bandwidth. Layer gradients are measured apart, at ``ERROR_T`` tokens on ``ERROR_EXPERTS`` experts:
@@ -25,7 +25,7 @@ from fp8gemm.testing.conformance import relative_error
 
 from .bench import DEFAULT_SEED, earlier_rows, environment, error_text, geomean, plot_cases, row_text, seeded_generator
 from .moe_bench import MODELS, ROUTINGS, MoeModel, layer_flops, routing
-from .train_bench import SMOKE_ITERS, Timer, _dequantized, peer_versions, time_cases
+from .train_bench import SMOKE_ITERS, _dequantized, peer_versions
 from .train_moe_peers import (
     BF16,
     K_DEEPGEMM,
@@ -44,6 +44,7 @@ from .train_moe_peers import (
     sort_rows,
 )
 from .train_peers import W_FORWARD_FORM, W_OURS, WGRAD_PREPARE, padded_rows, wgrad_operands
+from .train_timing import Timer, time_cases
 from .weight_floor import copy_bandwidth, floor_us
 
 TRAIN_TOKENS = (4096, 16384)
