@@ -20,6 +20,7 @@ from fp8gemm.protocol import (
     MOE_ROUTE_ARGS,
     PROTOCOL_VERSION,
     QUANTIZE_ARGS,
+    QUANTIZE_GROUPED_TRANSPOSED_ARGS,
     QUANTIZE_TRANSPOSED_ARGS,
     WGRAD_ARGS,
     Backend,
@@ -41,6 +42,7 @@ def test_mirrors_have_the_sizes_the_header_asserts():
         MOE_COMBINE_ARGS: "MoeCombineArgs",
         WGRAD_ARGS: "WgradArgs",
         QUANTIZE_TRANSPOSED_ARGS: "QuantizeTransposedArgs",
+        QUANTIZE_GROUPED_TRANSPOSED_ARGS: "QuantizeGroupedTransposedArgs",
     }
     assert {names[m]: str(m.size) for m in MIRRORS} == asserted
     assert f"kProtocolVersion = {PROTOCOL_VERSION};" in HEADER
@@ -169,3 +171,21 @@ def test_the_transposing_quantizer_is_optional_and_declared_apart():
     assert "void quantize_transposed(const fp8gemm::QuantizeTransposedArgs& args);" in declared
     module_header = open(f"{include}/fp8gemm/backend_module.hpp").read()
     assert 'sizes["quantize_transposed"] = sizeof(Wire<QuantizeTransposedArgs>);' in module_header
+
+
+def test_the_grouped_transposing_quantizer_is_optional_and_declared_apart():
+    """quantize_grouped_transposed: as quantize_transposed, an optional entry of its own struct (no protocol bump)."""
+    assert _load(_module()).quantize_grouped_transposed is None
+    entry = lambda address: None  # noqa: E731
+    assert _load(_module(quantize_grouped_transposed=entry)).quantize_grouped_transposed is entry
+    size = QUANTIZE_GROUPED_TRANSPOSED_ARGS.size
+    with pytest.raises(
+        RuntimeError, match=f"its quantize_grouped_transposed arguments are {size + 8} bytes, the core's mirror {size}"
+    ):
+        _load(_module(args_sizes=lambda: {"quantize_grouped_transposed": size + 8}))
+    include = get_include()
+    assert "quantize_grouped_transposed" not in open(f"{include}/fp8gemm/arch_entry.hpp").read()
+    declared = open(f"{include}/fp8gemm/training_entries.hpp").read()
+    assert "void quantize_grouped_transposed(const fp8gemm::QuantizeGroupedTransposedArgs& args);" in declared
+    module_header = open(f"{include}/fp8gemm/backend_module.hpp").read()
+    assert 'sizes["quantize_grouped_transposed"] = sizeof(Wire<QuantizeGroupedTransposedArgs>);' in module_header

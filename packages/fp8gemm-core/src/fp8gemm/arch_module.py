@@ -78,4 +78,5 @@ def backend_from_module(
         wgrad_workspace_bytes=getattr(module, "wgrad_workspace_bytes", None),
         wgrad_b_scale_layout=wgrad_b_scale_layout if hasattr(module, "wgrad_launch") else None,
         quantize_transposed=getattr(module, "quantize_transposed", None),
+        quantize_grouped_transposed=getattr(module, "quantize_grouped_transposed", None),
     )

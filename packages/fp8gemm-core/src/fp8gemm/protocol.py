@@ -93,7 +93,13 @@ QUANTIZE_TRANSPOSED_ARGS = ArgsMirror(
     "x:Q q:Q scale:Q q_t:Q scale_t:Q m:q k:q m_t:q ldx:q scale_s0:q scale_s1:q scale_t_s0:q scale_t_s1:q in_kind:i "
     "pow2:i blocks:i stream:Q",
 )
-MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS, *MOE_MIRRORS, WGRAD_ARGS, QUANTIZE_TRANSPOSED_ARGS)
+QUANTIZE_GROUPED_TRANSPOSED_ARGS = ArgsMirror(
+    "quantize_grouped_transposed",
+    "x:Q q:Q scale:Q q_t:Q scale_t:Q offs:Q m:q k:q experts:q columns:q ldx:q scale_s0:q scale_s1:q scale_t_s0:q "
+    "scale_t_s1:q in_kind:i pow2:i stream:Q",
+)
+TRAINING_MIRRORS = (WGRAD_ARGS, QUANTIZE_TRANSPOSED_ARGS, QUANTIZE_GROUPED_TRANSPOSED_ARGS)
+MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS, *MOE_MIRRORS, *TRAINING_MIRRORS)
 
 # Grouped layouts (fp8gemm/backend.hpp GroupedLayout).
 GROUPED_CONTIGUOUS = 0  # rows grouped by expert; group_rows: int32 [groups] cumulative row ends
@@ -227,6 +233,19 @@ Guarantees as for ``quantize``; asynchronous like it. Optional: without it the c
 """
 
 
+QuantizeGroupedTransposedFn = Callable[[int], None]
+"""``quantize_grouped_transposed(QUANTIZE_GROUPED_TRANSPOSED_ARGS.pack(x, q, scale, q_t, scale_t, offs, m, k,
+experts, columns, ldx, scale_s0, scale_s1, scale_t_s0, scale_t_s1, in_kind, pow2, stream))``: one read of ``x`` ([m, k]
+as for :data:`QuantizeFn`, rows sorted by expert; ``offs`` int32 [experts] cumulative row ends, read on the device and
+each clamped to [previous end, m]) writes ``q`` [m, k] with 1x128 scales along k, exactly ``quantize``'s codes for
+every row, scale (row, k block) at ``scale + (row * scale_s0 + kb * scale_s1) * 4``, and x^T ``q_t`` [k, columns]
+(contiguous, columns = 128 * (experts + m // 128 + 1)) in the per-expert 128-aligned layout of
+``fp8gemm.training.quantize_grouped_with_transpose``, (column, column block) at ``scale_t + (c * scale_t_s0 + b *
+scale_t_s1) * 4``, bit-identical to its reference. Guarantees as for ``quantize`` and 1 <= experts < 2**31;
+asynchronous like it. Optional: without it the core runs the reference.
+"""
+
+
 def _no_workspace(m: int, n: int, k: int) -> int:
     return 0
 
@@ -262,6 +281,7 @@ class Backend:
     wgrad_workspace_bytes: Callable[[int, int, int], int] | None = None  # wgrad_launch's, for (m, n, k)
     wgrad_b_scale_layout: ScaleLayout | None = None  # the layout of the per-row B scales wgrad_launch reads
     quantize_transposed: QuantizeTransposedFn | None = None  # optional: an operand and its transpose in one read
+    quantize_grouped_transposed: QuantizeGroupedTransposedFn | None = None  # optional: the same, x^T per expert
 
     def __post_init__(self):
         if self.platform not in ("cuda", "rocm"):

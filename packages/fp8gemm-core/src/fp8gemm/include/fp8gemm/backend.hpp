@@ -131,6 +131,22 @@ struct QuantizeTransposedArgs {
   uintptr_t stream;
 };
 
+// The grouped transposing quantizer (optional entry quantize_grouped_transposed, fp8gemm/training_entries.hpp;
+// docs/training.md "Mixture-of-experts layers"): x [m, k] float (row stride ldx elements, InKind; rows sorted by
+// expert) and offs int32 [experts] (cumulative row ends, seen only by the device: each end clamped to [previous end,
+// m]) -> q FP8 [m, k] contiguous with (row, k block) scales at scale[row * scale_s0 + kb * scale_s1], exactly
+// QuantizeArgs' codes for every row (rows past the last end included), and x^T as q_t FP8 [k, columns] contiguous in
+// the per-expert 128-aligned layout (columns = 128 * (experts + m / 128 + 1); expert e's tokens from column block
+// e + start_e / 128), one scale per 1 x 128 along the tokens, (column, column block) at
+// scale_t[c * scale_t_s0 + b * scale_t_s1]; gap blocks zero codes and the all-zero block's scale. One read of x.
+// The core guarantees m >= 1, 1 <= experts < 2^31, k a multiple of 128, 16-byte aligned pointers and x row stride.
+struct QuantizeGroupedTransposedArgs {
+  uintptr_t x, q, scale, q_t, scale_t, offs;
+  int64_t m, k, experts, columns, ldx, scale_s0, scale_s1, scale_t_s0, scale_t_s1;
+  int in_kind, pow2;
+  uintptr_t stream;
+};
+
 // What crosses from Python: the header, then the arguments (fp8gemm/protocol.py mirrors each struct).
 template <class Args>
 struct Wire {
@@ -152,5 +168,7 @@ static_assert(sizeof(Wire<MoeCombineArgs>) == 112 && offsetof(MoeCombineArgs, st
 static_assert(sizeof(Wire<WgradArgs>) == 136 && offsetof(WgradArgs, stream) == 120, "mirror: WGRAD_ARGS");
 static_assert(sizeof(Wire<QuantizeTransposedArgs>) == 136 && offsetof(QuantizeTransposedArgs, stream) == 120,
               "mirror: QUANTIZE_TRANSPOSED_ARGS");
+static_assert(sizeof(Wire<QuantizeGroupedTransposedArgs>) == 144 && offsetof(QuantizeGroupedTransposedArgs, stream) == 128,
+              "mirror: QUANTIZE_GROUPED_TRANSPOSED_ARGS");
 
 }  // namespace fp8gemm

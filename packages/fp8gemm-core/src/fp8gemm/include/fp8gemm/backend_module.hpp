@@ -3,7 +3,8 @@
 //   optionally quantize(args) and linear(args) with linear_workspace_bytes(m, n, k, in_kind), grouped_launch(args)
 //   with grouped_workspace_bytes(layout, m, n, k, groups), moe_route(args), moe_activation(args) and
 //   moe_combine(args) with moe_workspace_bytes(tokens, top_k, experts), a_scale_ld_multiple(), and wgrad_launch(args)
-//   with wgrad_workspace_bytes(m, n, k) and wgrad_b_scale_ld_multiple(), and quantize_transposed(args). Each `args` is
+//   with wgrad_workspace_bytes(m, n, k) and wgrad_b_scale_ld_multiple(), quantize_transposed(args) and
+//   quantize_grouped_transposed(args). Each `args` is
 //   the address of a Wire<...Args> (fp8gemm/backend.hpp) that the core packed through its mirror (fp8gemm/protocol.py).
 // An arch package's binding is then one line per entry:
 //   PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &my::launch, &my::workspace_bytes, my::build_info); }
@@ -36,6 +37,7 @@ void define_backend_module(pybind11::module_& m, Launch launch, WorkspaceBytes w
         sizes["moe_combine"] = sizeof(Wire<MoeCombineArgs>);
         sizes["wgrad_launch"] = sizeof(Wire<WgradArgs>);
         sizes["quantize_transposed"] = sizeof(Wire<QuantizeTransposedArgs>);
+        sizes["quantize_grouped_transposed"] = sizeof(Wire<QuantizeGroupedTransposedArgs>);
         return sizes;
       },
       "Bytes of each entry's argument struct, header included (the core compares them with its mirrors)");
@@ -123,6 +125,19 @@ void define_quantize_transposed_entry(pybind11::module_& m, QuantizeTransposed q
       },
       "Enqueue one quantization of an operand and its transpose (one read): `args` is the address of a packed "
       "fp8gemm.protocol.QUANTIZE_TRANSPOSED_ARGS");
+}
+
+// The optional grouped transposing quantizer (fp8gemm.protocol.QuantizeGroupedTransposedFn,
+// fp8gemm/training_entries.hpp): x and its per-expert transpose for a mixture of experts.
+template <class QuantizeGroupedTransposed>
+void define_quantize_grouped_transposed_entry(pybind11::module_& m, QuantizeGroupedTransposed quantize_grouped) {
+  m.def(
+      "quantize_grouped_transposed",
+      [quantize_grouped](uintptr_t args) {
+        quantize_grouped(read_wire<QuantizeGroupedTransposedArgs>(args, "quantize_grouped_transposed"));
+      },
+      "Enqueue one quantization of rows sorted by expert and of their per-expert transpose (one read): `args` is the "
+      "address of a packed fp8gemm.protocol.QUANTIZE_GROUPED_TRANSPOSED_ARGS");
 }
 
 // The optional training entries for the native ops library (fp8gemm/native_entries.hpp) as
