@@ -9,6 +9,7 @@
 
 #include "fp8gemm/grouped_launch.hpp"
 #include "fp8gemm/moe_launch.hpp"
+#include "fp8gemm/quantize_grouped_launch.hpp"
 #include "launch.hpp"
 
 namespace fp8gemm_gfx942 {
@@ -104,6 +105,18 @@ void quantize_transposed(const fp8gemm::QuantizeTransposedArgs& args) {
   check(enqueue_quantize_transposed(fp8gemm::quantize_transposed_params(args), args.in_kind, row_blocks, k_blocks,
                                     reinterpret_cast<void*>(args.stream)),
         "quantize_transposed kernel launch");
+}
+
+void quantize_grouped_transposed(const fp8gemm::QuantizeGroupedTransposedArgs& args) {
+  fp8gemm::check_grouped_quantize_args(args, kPackage);
+  const int64_t tiles = fp8gemm::grouped_tile_count(args.m, args.columns), k_blocks = args.k / fp8gemm::kQuantBlock;
+  // grid x counts work-items in 32 bits (the dispatch packet's grid_size_x), grid y at most 65535 workgroups
+  if (tiles * fp8gemm::kQuantThreads > UINT32_MAX || k_blocks > 65535)
+    throw std::invalid_argument(std::string(kPackage) +
+                                ": quantize_grouped_transposed: too many rows or K blocks for one launch");
+  check(enqueue_quantize_grouped_transposed(fp8gemm::quantize_grouped_params(args), args.in_kind, tiles, k_blocks,
+                                            reinterpret_cast<void*>(args.stream)),
+        "quantize_grouped_transposed kernel launch");
 }
 
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts) {

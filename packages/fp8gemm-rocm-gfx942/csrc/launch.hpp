@@ -9,6 +9,7 @@
 #include "fp8gemm/gemm_params.hpp"
 #include "fp8gemm/grouped_params.hpp"
 #include "fp8gemm/moe_steps.cuh"
+#include "fp8gemm/quantize_grouped_tiles.cuh"
 #include "fp8gemm/quantize_rows.cuh"
 #include "fp8gemm/quantize_tiles.cuh"
 #include "heuristics.hpp"
@@ -39,6 +40,9 @@ int enqueue_quantize(const fp8gemm::QuantizeParams& p, int in_kind, void* stream
 // One quantization with a transpose on a grid of row_blocks x k_blocks workgroups (one 128 x 128 tile each).
 int enqueue_quantize_transposed(const fp8gemm::QuantizeTransposedParams& p, int in_kind, int64_t row_blocks,
                                 int64_t k_blocks, void* stream);
+// The grouped quantization with a transpose on tiles x k_blocks workgroups (column-block indices, K blocks).
+int enqueue_quantize_grouped_transposed(const fp8gemm::QuantizeGroupedParams& p, int in_kind, int64_t tiles,
+                                        int64_t k_blocks, void* stream);
 // Defined in moe.hip: enqueue one mixture-of-experts step on the grid fp8gemm/moe_launch.hpp gives.
 int enqueue_moe_route(const fp8gemm::MoeRouteParams& p, int64_t count_blocks, int64_t blocks, void* stream);
 int enqueue_moe_activation(const fp8gemm::MoeActivationParams& p, int64_t k_blocks, int64_t row_groups, void* stream);

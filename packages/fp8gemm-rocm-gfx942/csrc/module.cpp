@@ -11,7 +11,7 @@ namespace {
 
 py::dict build_info() { return fp8gemm::build_info(
       "MFMA 32x32x16 fp8 (e4m3fnuz), LDS double buffering, split-K for small M; grouped (contiguous, masked) in one "
-      "launch; weight gradient (1x128 B scales per column, fp32 out added into); quantization with a transpose (one read)"); }
+      "launch; weight gradient (1x128 B scales per column, fp32 out added into); quantization with a transpose (one read), dense or per expert"); }
 
 // The launch geometry launch() would use, for tests of the host-side tiling logic without a GPU.
 py::dict plan(int64_t m, int64_t n, int64_t k, int cus) {
@@ -43,6 +43,7 @@ PYBIND11_MODULE(_C, m) {
   // the transposing quantizer (quantize.hip quantize_transposed_kernel).
   fp8gemm::define_wgrad_entry(m, &wgrad_launch, &wgrad_workspace_bytes, kWgradBScaleLdMultiple);
   fp8gemm::define_quantize_transposed_entry(m, &quantize_transposed);
+  fp8gemm::define_quantize_grouped_transposed_entry(m, &quantize_grouped_transposed);  // quantize.hip, per expert
   static const fp8gemm::NativeTrainingEntries training{fp8gemm::kNativeTrainingEntriesVersion,
                                                        sizeof(fp8gemm::NativeTrainingEntries), &quantize_transposed,
                                                        &wgrad_launch, &wgrad_workspace_bytes, kWgradBScaleLdMultiple};

@@ -4,6 +4,7 @@
 #include "hip_compat.hpp"
 #include "e4m3fnuz_arch.hpp"
 #include "fp8gemm/quantize_rows.cuh"
+#include "fp8gemm/quantize_grouped_tiles.cuh"
 #include "fp8gemm/quantize_tiles.cuh"
 #include "launch.hpp"
 
@@ -30,6 +31,16 @@ __global__ __attribute__((amdgpu_flat_work_group_size(fp8gemm::kQuantThreads, fp
                                                        __builtin_amdgcn_workitem_id_x(), tile);
 }
 
+// workgroup x: the column-block index (q_t's blocks, then the rows of no expert); workgroup y: the K block. The
+// search's barriers are reached by every work-item; the tile's row groups leave whole as in quantize_transposed_kernel.
+template <int kIn>
+__global__ __attribute__((amdgpu_flat_work_group_size(fp8gemm::kQuantThreads, fp8gemm::kQuantThreads))) void quantize_grouped_transposed_kernel(fp8gemm::QuantizeGroupedParams p) {
+  __shared__ fp8gemm::ExpertSearch search;
+  __shared__ fp8gemm::TransposeTile tile;
+  fp8gemm::quantize_grouped_tile<E4m3fnuzArch, kIn>(p, __builtin_amdgcn_workgroup_id_x(), __builtin_amdgcn_workgroup_id_y(),
+                                                    __builtin_amdgcn_workitem_id_x(), search, tile);
+}
+
 }  // namespace
 
 int enqueue_quantize(const fp8gemm::QuantizeParams& p, int in_kind, void* stream) {
@@ -52,6 +63,18 @@ int enqueue_quantize_transposed(const fp8gemm::QuantizeTransposedParams& p, int 
   fp8gemm::QuantizeTransposedParams params = p;
   void* args[] = {&params};
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(k_blocks));
+  return hipLaunchKernel(kernel, grid, dim3(fp8gemm::kQuantThreads), args, 0, static_cast<hipStream_t>(stream));
+}
+
+int enqueue_quantize_grouped_transposed(const fp8gemm::QuantizeGroupedParams& p, int in_kind, int64_t tiles,
+                                        int64_t k_blocks, void* stream) {
+  const void* kernel =
+      in_kind == fp8gemm::kInBF16   ? reinterpret_cast<const void*>(&quantize_grouped_transposed_kernel<fp8gemm::kInBF16>)
+      : in_kind == fp8gemm::kInFP16 ? reinterpret_cast<const void*>(&quantize_grouped_transposed_kernel<fp8gemm::kInFP16>)
+                                    : reinterpret_cast<const void*>(&quantize_grouped_transposed_kernel<fp8gemm::kInFP32>);
+  fp8gemm::QuantizeGroupedParams params = p;
+  void* args[] = {&params};
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(k_blocks));
   return hipLaunchKernel(kernel, grid, dim3(fp8gemm::kQuantThreads), args, 0, static_cast<hipStream_t>(stream));
 }
 

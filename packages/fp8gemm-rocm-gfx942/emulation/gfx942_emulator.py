@@ -95,6 +95,7 @@ class Emulator:
         self.kernels.fp8gemm_gfx942_emu_workspace_bytes.restype = ctypes.c_int64
         self.kernels.fp8gemm_gfx942_emu_quantize.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_quantize_transposed.argtypes = [ctypes.c_size_t]
+        self.kernels.fp8gemm_gfx942_emu_quantize_grouped_transposed.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_wgrad_launch.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_wgrad_workspace_bytes.argtypes = [ctypes.c_int64] * 3
         self.kernels.fp8gemm_gfx942_emu_wgrad_workspace_bytes.restype = ctypes.c_int64
@@ -113,6 +114,7 @@ class Emulator:
         self.moe_steps = 0  # step launches (route, activation, combine entries) so far
         self.wgrad_launches = 0
         self.quantize_transposed_launches = 0
+        self.quantize_grouped_transposed_launches = 0
         self.use_cu_count(304)
 
     def _error(self) -> str:
@@ -139,6 +141,7 @@ class Emulator:
         return {
             "wgrad_launch": self.kernels.fp8gemm_gfx942_emu_args_size(6),
             "quantize_transposed": self.kernels.fp8gemm_gfx942_emu_args_size(7),
+            "quantize_grouped_transposed": self.kernels.fp8gemm_gfx942_emu_args_size(8),
             "launch": self.kernels.fp8gemm_gfx942_emu_args_size(0),
             "quantize": self.kernels.fp8gemm_gfx942_emu_args_size(1),
             "grouped_launch": self.kernels.fp8gemm_gfx942_emu_args_size(2),
@@ -214,6 +217,29 @@ class Emulator:
                 ctypes.memset(address, 0xFF, 4 * ((rows - 1) * s0 + (cols - 1) * s1 + 1))
         self.quantize_transposed_launches += 1
         if self.kernels.fp8gemm_gfx942_emu_quantize_transposed(args):
+            raise EmulationError(self._error())
+
+    def quantize_grouped_transposed(self, args: int) -> None:
+        """``fp8gemm.protocol.QuantizeGroupedTransposedFn`` on the emulator; returns when the kernel has finished. As
+        for ``quantize``, the outputs are poisoned first: q [m, k] and q_t [k, columns] with code 0x80 (NaN in
+        e4m3fnuz), both scale tensors NaN from their first element to their last (strides as packed)."""
+        from fp8gemm.protocol import QUANTIZE_GROUPED_TRANSPOSED_ARGS
+
+        f = QUANTIZE_GROUPED_TRANSPOSED_ARGS.unpack(args) if args else {}
+        m, k, experts, columns = (f.get(name, 0) for name in ("m", "k", "experts", "columns"))
+        strides = [f.get(name, -1) for name in ("scale_s0", "scale_s1", "scale_t_s0", "scale_t_s1")]
+        well_formed = m > 0 and k > 0 and k % 128 == 0 and experts > 0 and min(strides) >= 0
+        well_formed = well_formed and columns == 128 * (experts + m // 128 + 1)
+        if well_formed and all(f[name] for name in ("q", "q_t", "scale", "scale_t")):  # else the entry refuses it
+            ctypes.memset(f["q"], 0x80, m * k)
+            ctypes.memset(f["q_t"], 0x80, k * columns)
+            for address, (s0, s1), rows, cols in (
+                (f["scale"], strides[:2], m, k // 128),
+                (f["scale_t"], strides[2:], k, columns // 128),
+            ):
+                ctypes.memset(address, 0xFF, 4 * ((rows - 1) * s0 + (cols - 1) * s1 + 1))
+        self.quantize_grouped_transposed_launches += 1
+        if self.kernels.fp8gemm_gfx942_emu_quantize_grouped_transposed(args):
             raise EmulationError(self._error())
 
     def grouped_launch(self, args: int) -> None:
@@ -315,7 +341,7 @@ class Emulator:
 MODULE_ENTRIES = ("protocol_version", "args_sizes", "a_scale_ld_multiple", "launch", "workspace_bytes", "quantize",
                   "grouped_launch", "grouped_workspace_bytes", "moe_route", "moe_activation", "moe_combine",
                   "moe_workspace_bytes", "wgrad_launch", "wgrad_workspace_bytes",
-                  "wgrad_b_scale_ld_multiple", "quantize_transposed")  # fmt: skip
+                  "wgrad_b_scale_ld_multiple", "quantize_transposed", "quantize_grouped_transposed")  # fmt: skip
 
 
 def _emulated_extension(emulator: Emulator) -> types.ModuleType:

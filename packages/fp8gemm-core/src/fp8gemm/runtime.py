@@ -25,6 +25,7 @@ from .protocol import (
     OUT_BF16,
     OUT_FP32,
     QUANTIZE_ARGS,
+    QUANTIZE_GROUPED_TRANSPOSED_ARGS,
     QUANTIZE_TRANSPOSED_ARGS,
     ScaleLayout,
 )
@@ -37,6 +38,7 @@ IN_KINDS = dict(zip(IN_DTYPES, (IN_BF16, IN_FP16, IN_FP32), strict=True))  # the
 _pack_gemm = LAUNCH_ARGS.pack
 _pack_quantize = QUANTIZE_ARGS.pack
 _pack_quantize_transposed = QUANTIZE_TRANSPOSED_ARGS.pack
+_pack_quantize_grouped = QUANTIZE_GROUPED_TRANSPOSED_ARGS.pack
 
 device_index = torch.Tensor.get_device  # -1 on CPU; the unbound method: no wrapper call per tensor
 capturing = torch.cuda.is_current_stream_capturing
@@ -120,6 +122,22 @@ def call_quantize_transposed(backend, x2d: torch.Tensor, q, scale, q_t, scale_t,
         call_on_device(backend.quantize_transposed, address, dev)
     else:
         backend.quantize_transposed(address)
+
+
+def call_quantize_grouped_transposed(backend, x2d: torch.Tensor, offs, q, scale, q_t, scale_t, pow2: bool) -> None:
+    """The backend's ``quantize_grouped_transposed`` entry on x2d [M >= 1, K] (rows kernel-readable, sorted by expert)
+    and offs (int32 [E], contiguous) into the given outputs (``q`` [M, K], ``q_t`` [K, 128 * (E + M // 128 + 1)],
+    contiguous; scales as strided tensors), on x2d's device and its current stream."""
+    dev = device_index(x2d)
+    m, k = x2d.shape
+    address = _pack_quantize_grouped(x2d.data_ptr(), q.data_ptr(), scale.data_ptr(), q_t.data_ptr(),
+                                     scale_t.data_ptr(), offs.data_ptr(), m, k, offs.shape[0], q_t.shape[1],
+                                     x2d.stride(0), *scale.stride(), *scale_t.stride(), IN_KINDS[x2d.dtype], int(pow2),
+                                     raw_stream(dev))  # fmt: skip
+    if switch_needed(dev):
+        call_on_device(backend.quantize_grouped_transposed, address, dev)
+    else:
+        backend.quantize_grouped_transposed(address)
 
 
 def kernel_quantize(backend, x2d: torch.Tensor, pow2: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,6 +1,6 @@
 // C entry points of the emulated gfx942 backend: the package's own launch(), workspace_bytes(), quantize(),
 // grouped_launch(), moe_route(), moe_activation(), moe_combine(), moe_workspace_bytes(), wgrad_launch(),
-// wgrad_workspace_bytes() and quantize_transposed() (csrc/launch.cpp), and the module's a_scale_ld_multiple(), wgrad_b_scale_ld_multiple() and
+// wgrad_workspace_bytes(), quantize_transposed() and quantize_grouped_transposed() (csrc/launch.cpp), and the module's a_scale_ld_multiple(), wgrad_b_scale_ld_multiple() and
 // grouped_workspace_bytes(), behind the protocol's argument structs (read and
 // checked as the package's module reads them), with C++ exceptions turned into an error code and the emulator's last
 // error.
@@ -42,7 +42,7 @@ extern "C" int fp8gemm_gfx942_emu_a_scale_ld_multiple() { return fp8gemm_gfx942:
 extern "C" int fp8gemm_gfx942_emu_wgrad_b_scale_ld_multiple() { return fp8gemm_gfx942::kWgradBScaleLdMultiple; }
 
 // 0 launch, 1 quantize, 2 grouped_launch, 3 moe_route, 4 moe_activation, 5 moe_combine, 6 wgrad_launch,
-// 7 quantize_transposed
+// 7 quantize_transposed, 8 quantize_grouped_transposed
 extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {
   switch (entry) {
     case 0: return sizeof(fp8gemm::Wire<fp8gemm::LaunchArgs>);
@@ -53,6 +53,7 @@ extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {
     case 5: return sizeof(fp8gemm::Wire<fp8gemm::MoeCombineArgs>);
     case 6: return sizeof(fp8gemm::Wire<fp8gemm::WgradArgs>);
     case 7: return sizeof(fp8gemm::Wire<fp8gemm::QuantizeTransposedArgs>);
+    case 8: return sizeof(fp8gemm::Wire<fp8gemm::QuantizeGroupedTransposedArgs>);
     default: return -1;
   }
 }
@@ -79,6 +80,11 @@ extern "C" int fp8gemm_gfx942_emu_quantize(uintptr_t args) {
 
 extern "C" int fp8gemm_gfx942_emu_quantize_transposed(uintptr_t args) {
   return wire_entry<fp8gemm::QuantizeTransposedArgs>(args, "quantize_transposed", fp8gemm_gfx942::quantize_transposed);
+}
+
+extern "C" int fp8gemm_gfx942_emu_quantize_grouped_transposed(uintptr_t args) {
+  return wire_entry<fp8gemm::QuantizeGroupedTransposedArgs>(args, "quantize_grouped_transposed",
+                                                            fp8gemm_gfx942::quantize_grouped_transposed);
 }
 
 extern "C" int fp8gemm_gfx942_emu_grouped_launch(uintptr_t args) {

@@ -1,4 +1,5 @@
-// The package's activation quantization kernels (csrc/quantize.hip: with and without a transpose), unchanged, compiled
+// The package's activation quantization kernels (csrc/quantize.hip: with and without a transpose, dense
+// or per expert), unchanged, compiled
 // for the CPU against the emulator's <hip/hip_runtime.h>, plus the kernels its enqueue functions launch.
 #include "quantize.hip"
 
@@ -10,3 +11,6 @@ GFX942_EMU_KERNEL(fp8gemm_gfx942::quantize_kernel<fp8gemm::kInFP32>);
 GFX942_EMU_KERNEL(fp8gemm_gfx942::quantize_transposed_kernel<fp8gemm::kInBF16>);
 GFX942_EMU_KERNEL(fp8gemm_gfx942::quantize_transposed_kernel<fp8gemm::kInFP16>);
 GFX942_EMU_KERNEL(fp8gemm_gfx942::quantize_transposed_kernel<fp8gemm::kInFP32>);
+GFX942_EMU_KERNEL(fp8gemm_gfx942::quantize_grouped_transposed_kernel<fp8gemm::kInBF16>);
+GFX942_EMU_KERNEL(fp8gemm_gfx942::quantize_grouped_transposed_kernel<fp8gemm::kInFP16>);
+GFX942_EMU_KERNEL(fp8gemm_gfx942::quantize_grouped_transposed_kernel<fp8gemm::kInFP32>);

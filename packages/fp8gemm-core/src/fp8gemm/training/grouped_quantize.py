@@ -23,8 +23,10 @@ block is always a gap), so torch.compile and CUDA graphs see one shape per call 
 
 ``quantize_experts_with_transpose(w)`` takes every expert's weight W [E, N, K] and gives ``quantize_weight``'s codes
 and 128x128 scales per expert, and W^T [E, K, N] with the same blocks transposed (the grouped input gradient's
-operand). The numerics are ``fp8gemm.reference``'s (docs/quantization.md); both run in torch operations today (no
-kernel entry yet) and read no value on the host on a GPU.
+operand). The numerics are ``fp8gemm.reference``'s (docs/quantization.md); neither reads a value on the host on a GPU.
+The first is one launch of the backend's ``quantize_grouped_transposed`` entry where the backend has it (the core's
+fp8gemm/quantize_grouped_tiles.cuh, bit-identical to the reference here), else torch operations; the second is torch
+operations.
 """
 
 from __future__ import annotations
@@ -137,7 +139,40 @@ def quantize_grouped_with_transpose(
 
 
 def _quantize_grouped(x, offs, fp8_dtype, pow2: bool, backend: str | None):
+    """The op's eager body: the backend's kernel where it takes the call, else the reference."""
     check_offs_values(offs, x.shape[0], "M (x.shape[0])")
+    kernel = _grouped_kernel(x, fp8_dtype, backend)
+    if kernel is not None:
+        return _kernel_grouped(kernel, x, offs, pow2)
+    return _reference_grouped(x, offs, fp8_dtype, pow2, backend)
+
+
+def _grouped_kernel(x: torch.Tensor, fp8_dtype, backend: str | None):
+    """The backend for x's device if its ``quantize_grouped_transposed`` entry takes the call (its own FP8 dtype, at
+    least one row, whole K blocks), else None."""
+    chosen, dtype, _ = registry.backend_defaults(x.device, runtime.requested_backend(backend))
+    if chosen is None or getattr(chosen, "quantize_grouped_transposed", None) is None:
+        return None
+    takes = fp8_dtype in (None, dtype) and x.shape[0] > 0 and x.shape[1] % BLOCK == 0
+    return chosen if takes else None
+
+
+def _kernel_grouped(kernel, x: torch.Tensor, offs: torch.Tensor, pow2: bool):
+    """One launch into outputs in the reference's layouts (q's scales in the backend's a_scale_layout)."""
+    rows, k = x.shape
+    blocks = grouped_blocks(rows, offs.shape[0])
+    dtype = getattr(torch, kernel.fp8_dtype)
+    q = x.new_empty((rows, k), dtype=dtype)
+    scale, _ = runtime.empty_scale(rows, k // BLOCK, kernel.a_scale_layout, x.device)
+    q_t = x.new_empty((k, blocks * BLOCK), dtype=dtype)
+    scale_t = x.new_empty((k, blocks), dtype=torch.float32)
+    runtime.call_quantize_grouped_transposed(kernel, runtime.kernel_rows(x), offs.contiguous(), q, scale, q_t,
+                                             scale_t, pow2)  # fmt: skip
+    return q, scale, q_t, scale_t
+
+
+def _reference_grouped(x, offs, fp8_dtype, pow2: bool, backend: str | None):
+    """The reference in torch operations (offs clamped as :func:`expert_columns` says, never checked here)."""
     q, scale = quantize_activation(x, fp8_dtype=fp8_dtype, pow2_scales=pow2, backend=backend)
     rows, k = x.shape
     blocks = grouped_blocks(rows, offs.shape[0])

@@ -16,11 +16,14 @@
 #include "fp8gemm/quantize_rows.cuh"
 
 // The two passes' row loops fully unrolled, so a thread's rows stay in registers (without it gfx942's clang keeps them
-// in scratch memory); device compilers only, a host compiler may not know the pragma.
+// in scratch memory); device compilers only, a host compiler may not know the pragma. The tile's body is inlined into
+// each kernel that runs it (the dense and the grouped one): a call would put a thread's rows in scratch memory too.
 #if defined(__CUDACC__) || defined(__HIP__)
 #define FP8GEMM_UNROLL_ROWS _Pragma("unroll")
+#define FP8GEMM_TILE_FN FP8GEMM_QFN __attribute__((always_inline))
 #else
 #define FP8GEMM_UNROLL_ROWS
+#define FP8GEMM_TILE_FN FP8GEMM_QFN
 #endif
 
 namespace fp8gemm {
@@ -83,20 +86,27 @@ FP8GEMM_QFN void unpack8(const RawRow<kIn>& r, float (&v)[kQuantElems]) {
   }
 }
 
-// The tile (row block rb, k block kb). `tile` is the workgroup's shared TransposeTile. A thread loads its 8 rows at
-// once (rows past m as zeros: zero codes, no effect on a maximum) and makes two passes over them in registers: the
-// first takes the maxima (and writes the activations' q), the second writes the codes scaled as the maxima decided.
+// The rows one tile reads: x rows first .. first + 127 below `end` (the tile's other rows read as zeros), whose
+// transpose is q_t's column block `block` (and scale_t's); `transpose` 0 writes q alone (rows of no expert).
+struct TileRows {
+  int64_t first, end, block;
+  int transpose;
+};
+
+// The tile of rows `rows` and k block kb. `tile` is the workgroup's shared TransposeTile. A thread loads its 8 rows at
+// once (rows from `end` on as zeros: zero codes, no effect on a maximum) and makes two passes over them in registers:
+// the first takes the maxima (and writes the activations' q), the second writes the codes scaled as the maxima decided.
 template <class Arch, int kIn>
-FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int64_t rb, int64_t kb, int tid,
-                                          TransposeTile& tile) {
+FP8GEMM_TILE_FN void quantize_tile_rows(const QuantizeTransposedParams& p, const TileRows& rows, int64_t kb, int tid,
+                                    TransposeTile& tile) {
   constexpr int kInBytes = kIn == kInFP32 ? 4 : 2;
   const int lane = tid % kQuantLanes, group = tid / kQuantLanes;
-  const int64_t row0 = rb * kQuantBlock + group * kTileRowsPerThread, col = kb * kQuantBlock + lane * kQuantElems;
+  const int64_t row0 = rows.first + group * kTileRowsPerThread, col = kb * kQuantBlock + lane * kQuantElems, rb = rows.block;
   const uint8_t* src = p.x + row0 * p.ldx_bytes + col * kInBytes;
   RawRow<kIn> raw[kTileRowsPerThread];
   FP8GEMM_UNROLL_ROWS
   for (int i = 0; i < kTileRowsPerThread; ++i) {
-    if (row0 + i < p.m) {
+    if (row0 + i < rows.end) {
       raw[i] = *reinterpret_cast<const RawRow<kIn>*>(src + i * p.ldx_bytes);
     } else {
       for (uint32_t& w : raw[i].w) w = 0;
@@ -114,7 +124,7 @@ FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int
       col_amax[j] = nan_max(col_amax[j], a);
       r = nan_max(r, a);
     }
-    if (!p.blocks && row0 + i < p.m) {  // q: 1 x 128 along k, as quantize_rows.cuh (uniform over a row's 16 lanes)
+    if (!p.blocks && row0 + i < rows.end) {  // q: 1 x 128 along k, as quantize_rows.cuh (uniform over a row's 16 lanes)
       const float s = block_scale(Arch::group_max(r), Arch::kFp8Max, p.pow2 != 0);
       const float inv = 1.0f / s;
       for (int j = 0; j < kQuantElems; ++j) v[j] *= inv;
@@ -122,6 +132,7 @@ FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int
       if (lane == 0) p.scale[(row0 + i) * p.scale_s0 + kb * p.scale_s1] = s;
     }
   }
+  if (!rows.transpose) return;  // uniform over the workgroup: q was its only output
   for (int j = 0; j < kQuantElems; ++j) tile.partial[group][lane * kQuantElems + j] = col_amax[j];
   Arch::barrier();
   if (tid < kQuantBlock) {  // each column's maximum over the tile's rows
@@ -158,7 +169,7 @@ FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int
     for (int j = 0; j < kQuantElems; ++j) v[j] *= inv[j];
     uint64_t row_codes;
     Arch::store8(reinterpret_cast<uint8_t*>(&row_codes), v);
-    if (p.blocks && row0 + i < p.m) Arch::store8(p.q + (row0 + i) * p.k + col, v);
+    if (p.blocks && row0 + i < rows.end) Arch::store8(p.q + (row0 + i) * p.k + col, v);
     for (int j = 0; j < kQuantElems; ++j) column_codes[j] |= ((row_codes >> (8 * j)) & 0xffu) << (8 * i);
   }
   for (int j = 0; j < kQuantElems; ++j) {
@@ -176,6 +187,13 @@ FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int
     dst[0] = lo;
     dst[1] = hi;
   }
+}
+
+// The dense tile (row block rb, k block kb): rows rb*128 .. +127 of x, those below m.
+template <class Arch, int kIn>
+FP8GEMM_QFN void quantize_transposed_tile(const QuantizeTransposedParams& p, int64_t rb, int64_t kb, int tid,
+                                          TransposeTile& tile) {
+  quantize_tile_rows<Arch, kIn>(p, TileRows{rb * kQuantBlock, p.m, rb, 1}, kb, tid, tile);
 }
 
 }  // namespace fp8gemm
