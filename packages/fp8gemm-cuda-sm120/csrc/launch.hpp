@@ -3,7 +3,7 @@
 #pragma once
 #define FP8GEMM_ARCH_NAMESPACE fp8gemm_sm120
 #include "fp8gemm/arch_entry.hpp"
-#include "fp8gemm/training_entries.hpp"  // quantize_transposed (quantize.cu); no wgrad_launch: the core's reference runs
+#include "fp8gemm/training_entries.hpp"  // the transposing quantizers (quantize.cu); no wgrad_launch: the core's reference runs
 
 namespace fp8gemm_sm120 {
 

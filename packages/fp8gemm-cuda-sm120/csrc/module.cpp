@@ -18,6 +18,7 @@ pybind11::dict build_info() {
 PYBIND11_MODULE(_C, m) {
   fp8gemm::define_arch_module(m, &build_info);
   fp8gemm::define_quantize_transposed_entry(m, &fp8gemm_sm120::quantize_transposed);  // fp8gemm/training_entries.hpp
+  fp8gemm::define_quantize_grouped_transposed_entry(m, &fp8gemm_sm120::quantize_grouped_transposed);
   static const fp8gemm::NativeTrainingEntries training{fp8gemm::kNativeTrainingEntriesVersion,
                                                        sizeof(fp8gemm::NativeTrainingEntries),
                                                        &fp8gemm_sm120::quantize_transposed, nullptr, nullptr, 0};

@@ -1,6 +1,7 @@
-// The CUDA side of activation quantization (fp8gemm/quantize_rows.cuh) and of quantization with a transpose
-// (fp8gemm/quantize_tiles.cuh), shared by every CUDA arch package: an arch's quantize.cu includes this and forwards its
-// entries to launch_quantize and launch_quantize_transposed.
+// The CUDA side of activation quantization (fp8gemm/quantize_rows.cuh) and of quantization with a transpose, dense
+// (fp8gemm/quantize_tiles.cuh) and per expert (fp8gemm/quantize_grouped_tiles.cuh), shared by every CUDA arch package:
+// an arch's quantize.cu includes this and forwards its entries to launch_quantize, launch_quantize_transposed and
+// launch_quantize_grouped_transposed.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,6 +10,8 @@
 
 #include "fp8gemm/backend.hpp"
 #include "fp8gemm/cuda/e4m3_arch.cuh"
+#include "fp8gemm/quantize_grouped_launch.hpp"
+#include "fp8gemm/quantize_grouped_tiles.cuh"
 #include "fp8gemm/quantize_rows.cuh"
 #include "fp8gemm/quantize_tiles.cuh"
 
@@ -73,6 +76,36 @@ inline void launch_quantize_transposed(const QuantizeTransposedArgs& args, const
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(package) + ": quantize_transposed kernel launch: " + cudaGetErrorString(err));
+}
+
+// blockIdx.x: the column-block index (q_t's blocks, then the rows of no expert); blockIdx.y: the K block. One tile a
+// block: no loop keeps the tile's registers free of the loop's state.
+template <int kIn>
+__global__ void __launch_bounds__(kQuantThreads) quantize_grouped_transposed_kernel(QuantizeGroupedParams p) {
+  __shared__ ExpertSearch search;
+  __shared__ TransposeTile tile;
+  quantize_grouped_tile<E4m3TileArch, kIn>(p, blockIdx.x, blockIdx.y, threadIdx.x, search, tile);
+}
+
+inline void launch_quantize_grouped_transposed(const QuantizeGroupedTransposedArgs& args, const char* package) {
+  check_grouped_quantize_args(args, package);
+  const QuantizeGroupedParams p = quantize_grouped_params(args);
+  const int64_t k_blocks = args.k / kQuantBlock, tiles = grouped_tile_count(args.m, args.columns);
+  if (tiles > 0x7fffffff || k_blocks > 65535)
+    throw std::invalid_argument(std::string(package) + ": quantize_grouped_transposed: too many rows or K blocks for "
+                                "one launch");
+  const auto stream = reinterpret_cast<cudaStream_t>(args.stream);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(k_blocks));
+  switch (args.in_kind) {
+    case kInBF16: quantize_grouped_transposed_kernel<kInBF16><<<grid, kQuantThreads, 0, stream>>>(p); break;
+    case kInFP16: quantize_grouped_transposed_kernel<kInFP16><<<grid, kQuantThreads, 0, stream>>>(p); break;
+    case kInFP32: quantize_grouped_transposed_kernel<kInFP32><<<grid, kQuantThreads, 0, stream>>>(p); break;
+    default: throw std::invalid_argument(std::string(package) + ": quantize_grouped_transposed: unknown input kind");
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(package) + ": quantize_grouped_transposed kernel launch: " +
+                             cudaGetErrorString(err));
 }
 
 }  // namespace
