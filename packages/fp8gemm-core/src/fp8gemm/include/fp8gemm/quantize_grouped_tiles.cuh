@@ -66,6 +66,7 @@ FP8GEMM_QFN void prefix_max(int64_t value, int tid, ExpertSearch& search) {
 
 // The expert chunk c0 .. c0 + 255, one expert a thread: its clamped end (the maximum of offs so far, in [0, m]) and
 // start (the previous end); the one whose column blocks hold `block` records its rows. Returns the chunk's last end.
+// A scan rather than a binary search: the clamped ends are a running maximum of offs, known only once computed.
 template <class Arch>
 FP8GEMM_QFN int64_t search_chunk(const QuantizeGroupedParams& p, int64_t c0, int64_t block, int64_t before, int tid,
                                  ExpertSearch& search) {
