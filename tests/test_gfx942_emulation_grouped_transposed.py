@@ -87,6 +87,15 @@ def test_splits_of_two_experts(emulator, mi300x):
         _kernel_matches_reference(emulator, x, torch.tensor([first, 257], dtype=torch.int32))
 
 
+def test_more_experts_than_a_workgroup_searches_at_once(emulator, mi300x):
+    """300 experts: the search scans offs in two chunks of 256, the running end carried across (empty experts, runs of
+    single tokens and a block-sized one past the chunk boundary)."""
+    counts = [(e * 7) % 3 for e in range(300)]
+    counts[260] = 130
+    x, offs = _rows(counts, k=128, extra=5, seed=41)
+    _kernel_matches_reference(emulator, x, offs)
+
+
 def test_rows_of_no_expert_at_all(emulator, mi300x):
     """offs all zero: the column blocks past q_t's write every row's q; x^T is all gap."""
     x, _ = _rows([300], seed=15)

@@ -101,6 +101,14 @@ def test_special_values_strided_rows_and_rows_of_no_expert(backend, dtype, pow2,
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_more_experts_than_a_block_searches_at_once(backend, launches):
+    counts = [(e * 7) % 3 for e in range(600)]
+    counts[260], counts[530] = 130, 300
+    x, offs = _rows(counts, k=384, extra=5, seed=41)
+    _check(backend, x, offs, launches)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_every_split_of_two_experts(backend, launches):
     x, _ = _rows([257], k=128, seed=4)
     for first in range(258):
