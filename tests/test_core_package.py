@@ -20,7 +20,7 @@ BENCH = ROOT / "bench" / "src" / "fp8gemm_bench"
 # Libraries the benchmarks use and the library must not import.
 BENCH_ONLY = {"matplotlib", "rich", "pandas", "fp8gemm_bench"}
 # The public subpackages (docs: nn, hf; fp8gemm.testing, the conformance suite) beside fp8gemm.__all__.
-PUBLIC_SUBPACKAGES = ("fp8gemm.nn", "fp8gemm.hf", "fp8gemm.testing")
+PUBLIC_SUBPACKAGES = ("fp8gemm.nn", "fp8gemm.hf", "fp8gemm.testing", "fp8gemm.training")
 # The core modules the benchmarks import beyond the public API, and why.
 INTERNAL_ENTRIES = {
     "fp8gemm.reference": "oracle and expand_scales: the float64 reference every path is checked against",

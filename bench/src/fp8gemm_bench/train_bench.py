@@ -175,7 +175,7 @@ def _ratios(row: dict) -> None:
     row["vs_torchao_fastest"] = {n: min(ao) / t for n, t in us.items()} if ao else {}
 
 
-def _dequantized(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def dequantized64(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """FP8 rows [R, M_pad] with 1x128 scales [R, M_pad/128] in float64."""
     return q.double() * scale.double().repeat_interleave(128, dim=1)[:, : q.shape[1]]
 
@@ -185,7 +185,7 @@ def time_wgrad_case(case: Case, device, seed: int, timer, missing: dict, fp8_dty
     x, _, dy = _inputs(seed, device, "train wgrad", case.m, case.n, case.k)
     ops = wgrad_operands(dy, x, fp8_dtype)
     rows = min(CHECK_ROWS, case.n)
-    ref_fp8 = _dequantized(ops.dy_t[:rows], ops.dy_t_scale[:rows]) @ _dequantized(ops.x_t, ops.x_t_scale).t()
+    ref_fp8 = dequantized64(ops.dy_t[:rows], ops.dy_t_scale[:rows]) @ dequantized64(ops.x_t, ops.x_t_scale).t()
     ref_bf16 = dy[:, :rows].double().t() @ x.double()
     row = {**asdict(case), "label": case.label, "us": {}, "tflops": {}, "rel_err": {}, "errors": {}, "notes": {}}
     names = WGRAD_PATHS if order % 2 == 0 else WGRAD_PATHS[::-1]

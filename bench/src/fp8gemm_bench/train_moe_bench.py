@@ -25,7 +25,7 @@ from fp8gemm.testing.conformance import relative_error
 
 from .bench import DEFAULT_SEED, earlier_rows, environment, error_text, geomean, plot_cases, row_text, seeded_generator
 from .moe_bench import MODELS, ROUTINGS, MoeModel, layer_flops, routing
-from .train_bench import SMOKE_ITERS, _dequantized, peer_versions
+from .train_bench import SMOKE_ITERS, dequantized64, peer_versions
 from .train_moe_peers import (
     BF16,
     K_DEEPGEMM,
@@ -147,7 +147,7 @@ def _product_sources(model: MoeModel, case: Case, device, seed: int):
 
 def _float64_product(ops, rows: int) -> torch.Tensor:
     """float64 [E, rows, K] of each expert's product of the same FP8 operands (its first ``rows`` rows)."""
-    a, b = _dequantized(ops.a_t[:rows], ops.a_scale_t[:rows]), _dequantized(ops.b_t, ops.b_scale_t)
+    a, b = dequantized64(ops.a_t[:rows], ops.a_scale_t[:rows]), dequantized64(ops.b_t, ops.b_scale_t)
     out = torch.zeros(len(ops.counts), rows, b.shape[0], dtype=torch.float64, device=a.device)
     for e, (first, blocks) in enumerate(expert_blocks(ops)):
         cols = slice(128 * first, 128 * (first + blocks))

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from fp8gemm.training import fused_experts, kgrouped_wgrad, quantize_grouped_with_transpose
 from fp8gemm.training.grouped_quantize import expert_columns
 
-from .train_peers import _sm90, _why_not, deep_gemm_module
+from .train_peers import deep_gemm_module, needs_sm90, why_not
 
 OURS = "fp8gemm.training.fused_experts"
 BF16 = "bf16 layer on torch._grouped_mm"
@@ -95,7 +95,7 @@ def layer_paths(device) -> tuple[dict, dict[str, str]]:
     """Each layer path that can run on ``device``, and notes on how the bf16 one runs here."""
     grouped_mm, note = grouped_mm_for(device)
     paths = {OURS: fused_experts, BF16: reference_layer(grouped_mm)}
-    if _why_not(torchao_grouped_mm) is None:
+    if why_not(torchao_grouped_mm) is None:
         paths[TORCHAO] = reference_layer(torchao_grouped_mm())
     return paths, ({BF16: note} if note else {})
 
@@ -184,10 +184,10 @@ def missing_paths(device: torch.device) -> dict[str, str]:
     """Every path that cannot run on ``device`` here, with the reason."""
     device = torch.device(device)
     missing = {}
-    ao = _why_not(torchao_grouped_mm)
+    ao = why_not(torchao_grouped_mm)
     if ao or device.type != "cuda":
         missing[TORCHAO] = ao or f"not run: torchao's FP8 grouped GEMM needs a GPU, the device is {device.type}"
-    dg = _why_not(deep_gemm_module) or _sm90(device)  # its k-grouped nt kernel is sm90's
+    dg = why_not(deep_gemm_module) or needs_sm90(device)  # its k-grouped nt kernel is sm90's
     if dg:
         missing.update(dict.fromkeys((K_DEEPGEMM, K_DEEPGEMM_GEMM), dg))
     return missing

@@ -220,7 +220,7 @@ WGRAD_PREPARE: dict[str, Prepare] = {
 }
 
 
-def _why_not(check: Callable[[], object]) -> str | None:
+def why_not(check: Callable[[], object]) -> str | None:
     try:
         check()
     except Exception as exc:
@@ -231,7 +231,7 @@ def _why_not(check: Callable[[], object]) -> str | None:
     return None
 
 
-def _sm90(device: torch.device) -> str | None:
+def needs_sm90(device: torch.device) -> str | None:
     if device.type != "cuda":
         return f"not run: needs an sm_90 GPU, the device is {device.type}"
     major, minor = torch.cuda.get_device_capability(device)
@@ -244,12 +244,12 @@ def missing_paths(device: torch.device) -> dict[str, str]:
     """Every path that cannot run on ``device`` here, with the reason; the rest are timed."""
     device = torch.device(device)
     missing: dict[str, str] = {}
-    gpu = _sm90(device)
-    ao = _why_not(torchao_layer_class)
+    gpu = needs_sm90(device)
+    ao = why_not(torchao_layer_class)
     for name in TORCHAO:
         if ao or gpu:
             missing[name] = ao or gpu
-    dg = _why_not(deep_gemm_module)
+    dg = why_not(deep_gemm_module)
     if dg or gpu:
         missing[W_DEEPGEMM] = dg or gpu
     if device.type != "cuda":
