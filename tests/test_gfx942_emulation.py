@@ -26,8 +26,7 @@ from fp8gemm.protocol import (
     MOE_MIRRORS,
     PROTOCOL_VERSION,
     QUANTIZE_ARGS,
-    QUANTIZE_TRANSPOSED_ARGS,
-    WGRAD_ARGS,
+    TRAINING_MIRRORS,
 )
 from fp8gemm.reference import oracle
 from fp8gemm.testing import conformance
@@ -150,8 +149,7 @@ def test_arguments_of_another_protocol_version_are_refused(emulator, mi300x):
         mi300x.launch(address)
     assert emulator.protocol_version() == PROTOCOL_VERSION
     sizes = {"launch": LAUNCH_ARGS.size, "quantize": QUANTIZE_ARGS.size, "grouped_launch": GROUPED_ARGS.size,
-             **{mirror.entry: mirror.size for mirror in MOE_MIRRORS}, "wgrad_launch": WGRAD_ARGS.size,
-             "quantize_transposed": QUANTIZE_TRANSPOSED_ARGS.size}  # fmt: skip
+             **{mirror.entry: mirror.size for mirror in (*MOE_MIRRORS, *TRAINING_MIRRORS)}}  # fmt: skip
     assert emulator.args_sizes() == sizes
 
 
