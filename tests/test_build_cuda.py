@@ -41,8 +41,8 @@ def built(request, tmp_path_factory):
 
 
 ONE_SET = 1  # tile_config.hpp MainLoop::kOneSet
-SM90A_GEMM_KERNELS = 25  # tile_config.hpp: the 16 kTiles, the 6 kGroupedTiles and the 3 kWgradTiles
-WGRAD = 2  # tile_config.hpp GemmType::kWgrad
+SM90A_GEMM_KERNELS = 28  # tile_config.hpp: the 16 kTiles, the 6 kGroupedTiles and the 3 kWgradTiles twice
+WGRAD_TYPES = (2, 3)  # tile_config.hpp GemmType::kWgrad, kKGroupedWgrad
 
 
 def sm90a_kernel_params(name: str) -> tuple[int, ...] | None:
@@ -52,7 +52,8 @@ def sm90a_kernel_params(name: str) -> tuple[int, ...] | None:
 
 
 def sm90a_gemm_type(name: str) -> int:
-    """The GemmType of a gemm_kernel's mangled name (tile_config.hpp: 0 dense, 1 grouped, 2 weight gradient)."""
+    """The GemmType of a gemm_kernel's mangled name (tile_config.hpp: 0 dense, 1 grouped, 2 weight gradient, 3 its
+    k-grouped form)."""
     return int(re.search(r"GemmTypeE(\d)E", name).group(1))
 
 
@@ -103,7 +104,7 @@ def test_sm90a_one_set_k_loop_is_unrolled(built):
     found = {}
     for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
         key = sm90a_kernel_params(name)
-        if key in expected and sm90a_gemm_type(name) != WGRAD:  # test_sm90a_wgrad_kernels_promote_per_column
+        if key in expected and sm90a_gemm_type(name) not in WGRAD_TYPES:  # test_sm90a_wgrad_kernels_promote_per_column
             found[key] = sum(n for op, n in ops.items() if op.startswith("QGMMA."))
     assert sorted(found) == sorted(expected)
     for key, count in found.items():
@@ -111,7 +112,7 @@ def test_sm90a_one_set_k_loop_is_unrolled(built):
 
 
 def test_sm90a_wgrad_kernels_promote_per_column(built):
-    """wgrad_launch.cuh (GemmType::kWgrad): the one-set loop unrolled as the dense kernels' (256 rows: 8 K blocks of two
+    """wgrad_launch.cuh (GemmType::kWgrad and kKGroupedWgrad): the one-set loop unrolled as the dense kernels' (256 rows: 8 K blocks of two
     slices, 128 and 192 rows: 8, the remainder's 1 and the rolled copy's 1); each stage's B scales come by TMA (four 2-D loads
     a stage: A, B, both scales) and each K block's promotion reads its columns' pairs (LDS.64, one per 8-column group and
     slice) and multiplies both scales per accumulator (an FMUL beside each FFMA); fp32 out, stored directly (no TMA
@@ -119,12 +120,13 @@ def test_sm90a_wgrad_kernels_promote_per_column(built):
     package, module = built
     if package != "fp8gemm-cuda-sm90a":
         pytest.skip("sm90a kernels only")
-    expected = {(256, 128, 2, ONE_SET): (8 + 1) * 2 * 4, (192, 128, 1, ONE_SET): (8 + 1 + 1) * 4,
+    per_tile = {(256, 128, 2, ONE_SET): (8 + 1) * 2 * 4, (192, 128, 1, ONE_SET): (8 + 1 + 1) * 4,
                 (128, 128, 1, ONE_SET): (8 + 1 + 1) * 4}  # fmt: skip
+    expected = {(tile, kind): wgmma for tile, wgmma in per_tile.items() for kind in WGRAD_TYPES}
     found = {}
     for name, ops in sass_opcodes_by_function(require_tool("cuobjdump"), module).items():
-        if sm90a_kernel_params(name) and sm90a_gemm_type(name) == WGRAD:
-            found[sm90a_kernel_params(name)] = ops
+        if sm90a_kernel_params(name) and sm90a_gemm_type(name) in WGRAD_TYPES:
+            found[sm90a_kernel_params(name), sm90a_gemm_type(name)] = ops
     assert sorted(found) == sorted(expected)
     for key, ops in found.items():
         qgmma = sum(n for op, n in ops.items() if op.startswith("QGMMA.64x128x32"))

@@ -12,6 +12,7 @@ from fp8gemm import get_include
 from fp8gemm.arch_module import backend_from_module
 from fp8gemm.protocol import (
     GROUPED_ARGS,
+    KGROUPED_WGRAD_ARGS,
     LAUNCH_ARGS,
     LINEAR_ARGS,
     MIRRORS,
@@ -43,6 +44,7 @@ def test_mirrors_have_the_sizes_the_header_asserts():
         WGRAD_ARGS: "WgradArgs",
         QUANTIZE_TRANSPOSED_ARGS: "QuantizeTransposedArgs",
         QUANTIZE_GROUPED_TRANSPOSED_ARGS: "QuantizeGroupedTransposedArgs",
+        KGROUPED_WGRAD_ARGS: "KGroupedWgradArgs",
     }
     assert {names[m]: str(m.size) for m in MIRRORS} == asserted
     assert f"kProtocolVersion = {PROTOCOL_VERSION};" in HEADER

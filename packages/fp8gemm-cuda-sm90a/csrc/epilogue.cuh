@@ -146,7 +146,8 @@ __device__ __forceinline__ void epilogue_direct(const Params& p, const Tile& til
       // Only the rows of this tile's own M block: the last block starts early (scheduler.cuh tile_at), and its rows of
       // the block before, recomputed, must not be added into out twice.
       if (row >= p.m || row < tile.m_block * C::kBlockM) continue;
-      row_f32 = static_cast<float*>(p.out) + row * p.ldo, row_bf16 = static_cast<__nv_bfloat16*>(p.out) + row * p.ldo;
+      const int64_t at = (C::kKGrouped ? tile.split * p.out_gs : 0) + row * p.ldo;  // k-grouped: expert split's out
+      row_f32 = static_cast<float*>(p.out) + at, row_bf16 = static_cast<__nv_bfloat16*>(p.out) + at;
     } else {
       if (row >= p.m) continue;
       row_f32 = p.partial ? p.partial + (int64_t(tile.split) * p.m + row) * p.n : static_cast<float*>(p.out) + row * p.ldo;

@@ -15,7 +15,7 @@
 // its group's end stores directly, masked to the group's rows. Weight-gradient kernels (kType = GemmType::kWgrad,
 // wgrad_launch.cuh) take B scales per column (map_b_scale, one row of them per stage; the others get any valid map
 // there and never read it), promote each column with its own (consumer.cuh promote_columns) and store fp32 directly,
-// added into out where p.accumulate says so.
+// added into out where p.accumulate says so; k-grouped ones (GemmType::kKGroupedWgrad) take split e as expert e.
 // The parts and their choices: docs/kernels/sm90a-structure.md.
 #pragma once
 
@@ -73,7 +73,15 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
   else __syncthreads();
   wait_prior_grid();  // launched early (programmatic): everything above overlapped the previous grid
 
+  // K-grouped: the token ends (offs may come from the previous grid) from the producer's first warp to every role.
+  constexpr int kEndsBarThreads = C::kConsumerWGs * 128 + 32;
   if (warpgroup == C::kConsumerWGs) {
+    if constexpr (C::kKGrouped) {
+      if (threadIdx.x / 32 % 4 == 0) {
+        load_expert_ends(reinterpret_cast<int*>(smem.red), p, threadIdx.x % 32);
+        named_bar_arrive<kEndsBarThreads>(kExpertEndsBar);
+      }
+    }
     run_producer<C, kCluster>(smem, &map_a, &map_b, &map_scale, &map_out, &map_b_scale, p, walk, rank, kb_total);
     if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still write to it
     return;
@@ -81,6 +89,7 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
 
   // Consumer warpgroups.
   regs_increase<C::kConsumerRegs>();
+  if constexpr (C::kKGrouped) named_bar_sync<kEndsBarThreads>(kExpertEndsBar);
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   // K-split warpgroups share rows: k_part picks their K blocks, row_wg their rows.
   const int k_part = C::kSplitK ? warpgroup : 0;
@@ -101,7 +110,8 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
   for (int t = walk.first; t < walk.count; t += walk.stride) {
     if (!tiles.more(p, t)) break;
     const Tile tile = tiles.at(p, t, rank);
-    const KRange k = k_range(p, tile, kb_total);
+    const KRange k = tile_k_range(smem, p, tile, kb_total);
+    if (C::kKGrouped && p.accumulate && k.end == k.begin) continue;  // an expert without tokens keeps its out
     const int n_first = tile.n_block * kBlockN;
     const ScaleRows sb_rows = b_scale_rows<C>(p, tile, n_first);  // the two-set loop's B scales
     float total[kSub][C::kAcc];

@@ -169,20 +169,21 @@ struct WgradPlan {
 
 constexpr TileRate kWgradRates[] = {{128, 128, 1, 800}, {192, 128, 1, 870}, {256, 128, 2, 830}};
 
-inline WgradPlan wgrad_plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
+// `experts` > 1: a k-grouped launch, that many (m, n) products of about k tokens each in one grid.
+inline WgradPlan wgrad_plan_for(int64_t m, int64_t n, int64_t k, int sm_count, int64_t experts = 1) {
   WgradPlan p{};
   double best = 0;
   for (const TileRate& t : kWgradRates) {
     const int64_t n_blocks = ceil_div(n, t.cols);
     if ((m <= 128 && t.rows > 128) || (t.cluster > 1 && (n_blocks < t.cluster || sm_count < t.cluster))) continue;
-    const int64_t tiles = tiles_of(m, n, t.rows, t.cols, t.cluster);
+    const int64_t tiles = tiles_of(m, n, t.rows, t.cols, t.cluster) * experts;
     const double us = double(ceil_div(tiles, sm_count)) * 2.0 * t.rows * t.cols * k / (t.tflops * 1e6 / sm_count);
     if (best == 0 || us < best) best = us, p.tile = TileConfig{t.rows, t.cols, t.cluster, MainLoop::kOneSet};
   }
   const TileConfig& t = p.tile;
   p.m_blocks = static_cast<int>(ceil_div(m, t.rows));
   p.n_blocks = static_cast<int>(ceil_div(n, t.cols));
-  const int64_t cluster_tiles = int64_t(p.m_blocks) * ceil_div(p.n_blocks, t.cluster);  // clusters pair N blocks
+  const int64_t cluster_tiles = int64_t(p.m_blocks) * ceil_div(p.n_blocks, t.cluster) * experts;  // pairs along N
   p.grid = static_cast<int>(std::min<int64_t>(cluster_tiles, sm_count / t.cluster) * t.cluster);
   p.group_m = kGroupM;
   return p;

@@ -25,9 +25,15 @@ struct Params {
   // Group g's B and B scales are at group coordinate g; its A rows, A scales and out rows at g when masked, else 0.
   const int32_t* group_rows;  // contiguous: cumulative row ends; masked: rows per group (device values, clamped)
   int groups, masked;
-  int64_t sb_gs, out_gs;  // group strides (elements) of the B scales and of out (masked)
+  int64_t sb_gs, out_gs;  // group strides (elements) of the B scales and of out (masked; k-grouped: per expert)
   int accumulate;         // weight-gradient kernels: out += the product (else out = it)
+  // K-grouped weight-gradient kernels: split e is expert e of `groups`, its K blocks from group_rows (the cumulative
+  // token ends) and its out at e * out_gs (scheduler.cuh expert_k_range).
 };
+
+// The most experts a k-grouped weight-gradient launch takes: their clamped token ends sit in shared memory
+// (fp8gemm::kKGroupedMaxExperts, asserted equal in wgrad_launch.cuh).
+constexpr int kKGroupedExperts = 2048;
 
 // B-scale segments: the B scales of up to kSegKb K blocks of a tile (two 128-row blocks of N), double
 // buffered, behind a full and an empty barrier each.
@@ -67,11 +73,14 @@ struct KernelTraits {
   static constexpr int kSplitWG = kSplitK ? 2 : 1;
   // The weight-gradient GEMM: every stage also holds the B scales of the tile's columns (TMA, as A's), each thread
   // promoting its accumulator columns with their own; fp32 out through direct stores. One-set loop only.
-  static constexpr bool kWgrad = kGemm == GemmType::kWgrad;
+  static constexpr bool kWgrad = kGemm == GemmType::kWgrad || kGemm == GemmType::kKGroupedWgrad;
+  // k-grouped: split e is expert e, its K blocks from the token ends each CTA copies into shared memory first.
+  static constexpr bool kKGrouped = kGemm == GemmType::kKGroupedWgrad;
   static_assert(!kWgrad || (!kOverlap && kCluster == 1) || (!kOverlap && pairs_along_n(kRows)),
                 "weight-gradient kernels: the one-set loop; clusters pair N blocks (each CTA its own B scales)");
   static constexpr int kConsumerWGs = kConsumers * kSplitWG;
-  static constexpr int kRedBytes = kSplitK ? 128 * (kBlockN / 2) * 4 : 0;
+  // The split warpgroup's sums; k-grouped weight-gradient kernels: the experts' token ends (no stage less).
+  static constexpr int kRedBytes = kSplitK ? 128 * (kBlockN / 2) * 4 : kKGrouped ? kKGroupedExperts * 4 : 0;
   static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12, kWgrad);
   static_assert(!kSplitK || (kConsumers == 1 && kSub == 1 && kCluster == 1 && kBlockN <= kBlockK),
                 "K split over warpgroups: 64-row two-set tiles");
@@ -142,6 +151,8 @@ struct KernelTraits {
 // Named barriers of the store-warp epilogue (the per-warpgroup ones are 1 + warpgroup; the warpgroup
 // K split's hand-over uses 12 and 13).
 constexpr int kEpiFullBar = 4, kEpiFreeBar = 8;
+// The k-grouped weight-gradient kernels' token ends, written (gemm_kernel.cuh) before the consumers read them.
+constexpr int kExpertEndsBar = 14;
 
 // The kernel's shared memory, carved from the dynamic allocation (1024-byte aligned for SW128).
 template <class C>
@@ -156,7 +167,7 @@ struct SharedStorage {
   uint64_t* seg_full;  // per B-scale segment buffer: written by the B-scale warp
   uint64_t* seg_empty;
   float* seg_scales;  // [buffer][row][kSegKb]
-  float* red;         // the split warpgroup's sums
+  float* red;         // the split warpgroup's sums (k-grouped weight-gradient kernels: int32 token ends per expert)
 
   __device__ __forceinline__ explicit SharedStorage(uint8_t* smem)
       : tiles_a(smem),

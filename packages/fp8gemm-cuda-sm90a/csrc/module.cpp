@@ -47,6 +47,7 @@ PYBIND11_MODULE(_C, m) {
                               fp8gemm_sm90a::kWgradBScaleLdMultiple);
   fp8gemm::define_quantize_transposed_entry(m, &fp8gemm_sm90a::quantize_transposed);
   fp8gemm::define_quantize_grouped_transposed_entry(m, &fp8gemm_sm90a::quantize_grouped_transposed);
+  fp8gemm::define_kgrouped_wgrad_entry(m, &fp8gemm_sm90a::kgrouped_wgrad_launch);
   static const fp8gemm::NativeTrainingEntries training{
       fp8gemm::kNativeTrainingEntriesVersion, sizeof(fp8gemm::NativeTrainingEntries), &fp8gemm_sm90a::quantize_transposed,
       &fp8gemm_sm90a::wgrad_launch, &fp8gemm_sm90a::wgrad_workspace_bytes, fp8gemm_sm90a::kWgradBScaleLdMultiple};

@@ -127,7 +127,7 @@ __device__ __forceinline__ void run_producer(const SharedStorage<C>& smem, const
     for (int t = walk.first; t < walk.count; t += walk.stride) {
       if (!tiles.more(p, t)) break;
       const Tile tile = tiles.at(p, t, rank);
-      const KRange k = k_range(p, tile, kb_total);
+      const KRange k = tile_k_range(smem, p, tile, kb_total);
       if (C::kSegmentScalesB && producer_warp == 1) {
         write_scale_segments(smem, p, tile, k, lane, seg);
         continue;

@@ -160,6 +160,11 @@ __device__ __forceinline__ float lds_f32(uint32_t smem_addr) {  // a plain C++ r
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr) : "memory");
   return v;
 }
+__device__ __forceinline__ int lds_s32(uint32_t smem_addr) {
+  int v;
+  asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(smem_addr) : "memory");
+  return v;
+}
 __device__ __forceinline__ float2 lds_f32x2(uint32_t smem_addr) {  // 8-byte aligned
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr) : "memory");

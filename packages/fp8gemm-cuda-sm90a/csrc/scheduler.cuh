@@ -4,6 +4,7 @@
 
 #include "group_cursor.hpp"
 #include "kernel_traits.cuh"
+#include "ptx.cuh"
 
 namespace fp8gemm_sm90a {
 
@@ -89,6 +90,46 @@ struct KRange {
 __device__ __forceinline__ KRange k_range(const Params& p, const Tile& tile, int kb_total) {
   const int begin = tile.split * p.kb_per_split;
   return {begin, min(kb_total, begin + p.kb_per_split)};
+}
+
+// K-grouped weight-gradient kernels: each CTA's copy of the experts' token ends, offs clamped to [previous end, the
+// layout's token bound] (fp8gemm/backend.hpp KGroupedWgradArgs), written by the producer's first warp (the lanes load
+// and clamp every end, then take the running maximum 32 at a time) before any role reads them.
+__device__ __forceinline__ void load_expert_ends(int* ends, const Params& p, int lane) {
+  const int bound = p.k - kBlockK * p.groups - 1;  // the most tokens the layout holds (k = 128 (E + M / 128 + 1))
+#pragma unroll 1
+  for (int e = lane; e < p.groups; e += 32) ends[e] = min(max(__ldg(p.group_rows + e), 0), bound);
+  __syncwarp();
+  int carry = 0;
+#pragma unroll 1
+  for (int first = 0; first < p.groups; first += 32) {
+    const int e = first + lane;
+    int end = max(e < p.groups ? ends[e] : 0, carry);
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int before = __shfl_up_sync(~0u, end, d);
+      if (lane >= d) end = max(end, before);
+    }
+    if (e < p.groups) ends[e] = end;
+    carry = __shfl_sync(~0u, end, 31);
+  }
+  __syncwarp();
+}
+
+// The K blocks of expert `tile.split` (k-grouped weight-gradient kernels): its tokens' whole 128-column blocks from
+// block e + start / 128 of the per-expert aligned layout, none for an expert without tokens.
+__device__ __forceinline__ KRange expert_k_range(uint32_t ends, const Tile& tile) {
+  const int e = tile.split, start = e ? lds_s32(ends + 4 * (e - 1)) : 0;  // shared loads: no generic pointer held
+  const int begin = e + start / kBlockK;
+  return {begin, begin + (lds_s32(ends + 4 * e) - start + kBlockK - 1) / kBlockK};
+}
+
+// A tile's K blocks: its split's, or its expert's in a k-grouped weight-gradient kernel (the ends in smem.red).
+template <class C>
+__device__ __forceinline__ KRange tile_k_range(const SharedStorage<C>& smem, const Params& p, const Tile& tile,
+                                               int kb_total) {
+  if constexpr (C::kKGrouped) return expert_k_range(smem_u32(smem.red), tile);
+  else return k_range(p, tile, kb_total);
 }
 
 // Pipeline position: stage index and the parity of its current round, advanced together (no

@@ -25,7 +25,8 @@ enum class Unit : int {
 // What a kernel multiplies (DeepGEMM's GemmType): one GEMM, or one per group of rows (mixture of experts) whose
 // tiles never cross a group (scheduler.cuh GroupedTiles), or the weight-gradient GEMM (wgrad_launch.cuh): B scales
 // per column of the tile (1 x 128 along K, "1D1D") instead of per 128 x 128 block, fp32 out, optionally added into.
-enum class GemmType : int { kDense = 0, kGrouped = 1, kWgrad = 2 };
+// kKGroupedWgrad: the weight-gradient kernel with one split per expert (wgrad_launch.cuh).
+enum class GemmType : int { kDense = 0, kGrouped = 1, kWgrad = 2, kKGroupedWgrad = 3 };
 
 struct TileConfig {
   int rows;     // BLOCK_M: 64, 128, 192 or 256 (two warpgroups of two 64-row slices)

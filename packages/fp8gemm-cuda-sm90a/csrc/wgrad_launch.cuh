@@ -6,23 +6,29 @@
 //
 // K is the token count, a multiple of 128 (the core guarantees it; fp8gemm.training.quantize_with_transpose
 // zero-pads x^T and dY^T to a whole 128-token block, and zero codes add nothing to any dot product).
+// The k-grouped entry (KGroupedWgradArgs) runs the same tiles as GemmType::kKGroupedWgrad, one split per expert: each CTA first copies the
+// experts' clamped token ends into shared memory, and a tile of expert e contracts e's own K blocks into out[e].
 //
 // Compiled in wgrad.cu.
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "launch_tiles.cuh"
 
 namespace fp8gemm_sm90a {
 namespace {
 
-template <int kIndex>
-void launch_wgrad_tile(const fp8gemm::WgradArgs& a, Params p, const WgradPlan& plan, cudaStream_t stream, int dev) {
+// Args: fp8gemm::WgradArgs or fp8gemm::KGroupedWgradArgs (the same operand fields).
+template <int kIndex, class Args>
+void launch_wgrad_tile(const Args& a, Params p, const WgradPlan& plan, cudaStream_t stream, int dev) {
   constexpr TileConfig kTile = kWgradTiles[kIndex];
   constexpr int kBlockN = kTile.cols, kCluster = kTile.cluster;
-  using C = KernelTraits<kTile.rows, kTile.cols, kCluster, kTile.loop, GemmType::kWgrad>;
-  constexpr auto kernel = gemm_kernel<kTile.rows, kTile.cols, kCluster, kTile.loop, GemmType::kWgrad>;
+  constexpr GemmType kType =
+      std::is_same_v<Args, fp8gemm::KGroupedWgradArgs> ? GemmType::kKGroupedWgrad : GemmType::kWgrad;
+  using C = KernelTraits<kTile.rows, kTile.cols, kCluster, kTile.loop, kType>;
+  constexpr auto kernel = gemm_kernel<kTile.rows, kTile.cols, kCluster, kTile.loop, kType>;
   kDevices.allow_shared_memory<kernel>(dev, C::kSmemBytes);
   const auto u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8, f32 = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   // As the dense launch: a tile taller than M loads just its rows (and their scales, a 16-byte box); the 256-row
@@ -56,13 +62,42 @@ void launch_wgrad_tile(const fp8gemm::WgradArgs& a, Params p, const WgradPlan& p
                  "weight-gradient GEMM kernel launch");
 }
 
-template <int... kIndex>
-void launch_wgrad_index(int index, const fp8gemm::WgradArgs& a, const Params& p, const WgradPlan& plan,
-                        cudaStream_t stream, int dev, std::integer_sequence<int, kIndex...>) {
-  using Launch = void (*)(const fp8gemm::WgradArgs&, Params, const WgradPlan&, cudaStream_t, int);
-  static constexpr Launch kLaunches[] = {&launch_wgrad_tile<kIndex>...};
+template <class Args, int... kIndex>
+void launch_wgrad_index(int index, const Args& a, const Params& p, const WgradPlan& plan, cudaStream_t stream, int dev,
+                        std::integer_sequence<int, kIndex...>) {
+  using Launch = void (*)(const Args&, Params, const WgradPlan&, cudaStream_t, int);
+  static constexpr Launch kLaunches[] = {&launch_wgrad_tile<kIndex, Args>...};
   if (index < 0 || index >= kWgradTileCount) kDevices.fail("the weight-gradient plan names a tile that is not compiled");
   kLaunches[index](a, p, plan, stream, dev);
+}
+
+static_assert(kKGroupedExperts == fp8gemm::kKGroupedMaxExperts, "the k-grouped kernels' shared table of token ends");
+
+// The checks and Params both entries share; `experts` 0 for one GEMM.
+template <class Args>
+Params wgrad_params(const Args& args, const char* entry, int64_t experts) {
+  if (args.m < 1 || args.n < 16 || args.n % 16 || args.k < kBlockK || args.k % kBlockK || args.m >= (int64_t(1) << 31) ||
+      args.n >= (int64_t(1) << 31) || args.k >= (int64_t(1) << 31))
+    kDevices.fail(std::string(entry) +
+                  ": m >= 1, n a positive multiple of 16 and k of 128, each below 2^31, are required");
+  if (args.out_kind != fp8gemm::kOutFP32 && (args.out_kind != fp8gemm::kOutBF16 || args.accumulate))
+    kDevices.fail(std::string(entry) + ": out_kind must be fp32, or bf16 without accumulate");
+  Params p{};
+  p.out = reinterpret_cast<void*>(args.out);
+  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
+  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
+  p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
+  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32, p.accumulate = args.accumulate != 0;
+  p.kb_per_split = p.k / kBlockK, p.splits = experts ? static_cast<int>(experts) : 1;
+  return p;
+}
+
+template <class Args>
+void launch_wgrad_plan(const Args& args, Params p, const WgradPlan& plan, int dev) {
+  p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
+  launch_wgrad_index(wgrad_tile_index(plan.tile), args, p, plan, reinterpret_cast<cudaStream_t>(args.stream), dev,
+                     std::make_integer_sequence<int, kWgradTileCount>());
+  kDevices.check(cudaGetLastError(), "weight-gradient GEMM kernel launch");
 }
 
 }  // namespace
@@ -70,23 +105,22 @@ void launch_wgrad_index(int index, const fp8gemm::WgradArgs& a, const Params& p,
 int64_t wgrad_workspace_bytes(int64_t, int64_t, int64_t) { return 0; }  // never split along K
 
 void wgrad_launch(const fp8gemm::WgradArgs& args) {
-  if (args.m < 1 || args.n < 16 || args.n % 16 || args.k < kBlockK || args.k % kBlockK || args.m >= (int64_t(1) << 31) ||
-      args.n >= (int64_t(1) << 31) || args.k >= (int64_t(1) << 31))
-    kDevices.fail("wgrad_launch: m >= 1, n a positive multiple of 16 and k of 128, each below 2^31, are required");
-  if (args.out_kind != fp8gemm::kOutFP32 && (args.out_kind != fp8gemm::kOutBF16 || args.accumulate))
-    kDevices.fail("wgrad_launch: out_kind must be fp32, or bf16 without accumulate");
+  const Params p = wgrad_params(args, "wgrad_launch", 0);
   const int dev = kDevices.current();
-  const WgradPlan plan = wgrad_plan_for(args.m, args.n, args.k, kDevices.sm_count(dev));
-  Params p{};
-  p.out = reinterpret_cast<void*>(args.out);
-  p.b_scale = reinterpret_cast<const float*>(args.b_scale);
-  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
-  p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
-  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32, p.accumulate = args.accumulate != 0;
-  p.kb_per_split = p.k / kBlockK, p.splits = 1, p.m_blocks = plan.m_blocks, p.n_blocks = plan.n_blocks;
-  launch_wgrad_index(wgrad_tile_index(plan.tile), args, p, plan, reinterpret_cast<cudaStream_t>(args.stream), dev,
-                     std::make_integer_sequence<int, kWgradTileCount>());
-  kDevices.check(cudaGetLastError(), "weight-gradient GEMM kernel launch");
+  launch_wgrad_plan(args, p, wgrad_plan_for(args.m, args.n, args.k, kDevices.sm_count(dev)), dev);
+}
+
+void kgrouped_wgrad_launch(const fp8gemm::KGroupedWgradArgs& args) {
+  if (args.experts < 1 || args.experts > kKGroupedExperts || args.k < kBlockK * (args.experts + 1))
+    kDevices.fail("kgrouped_wgrad_launch: 1 <= experts <= " + std::to_string(kKGroupedExperts) +
+                  " and k >= 128 * (experts + 1) (the per-expert aligned layout) are required");
+  Params p = wgrad_params(args, "kgrouped_wgrad_launch", args.experts);
+  p.group_rows = reinterpret_cast<const int32_t*>(args.offs);
+  p.groups = static_cast<int>(args.experts), p.out_gs = args.out_es;
+  const int dev = kDevices.current();
+  // The plan's K per expert: the layout's columns less one gap block per expert, shared evenly.
+  const int64_t k_each = std::max<int64_t>(kBlockK, (args.k - kBlockK * args.experts) / args.experts);
+  launch_wgrad_plan(args, p, wgrad_plan_for(args.m, args.n, k_each, kDevices.sm_count(dev), args.experts), dev);
 }
 
 }  // namespace fp8gemm_sm90a

@@ -79,4 +79,6 @@ def backend_from_module(
         wgrad_b_scale_layout=wgrad_b_scale_layout if hasattr(module, "wgrad_launch") else None,
         quantize_transposed=getattr(module, "quantize_transposed", None),
         quantize_grouped_transposed=getattr(module, "quantize_grouped_transposed", None),
+        kgrouped_wgrad_launch=getattr(module, "kgrouped_wgrad_launch", None),
+        kgrouped_max_experts=module.kgrouped_max_experts() if hasattr(module, "kgrouped_wgrad_launch") else 0,
     )

@@ -98,7 +98,12 @@ QUANTIZE_GROUPED_TRANSPOSED_ARGS = ArgsMirror(
     "x:Q q:Q scale:Q q_t:Q scale_t:Q offs:Q m:q k:q experts:q columns:q ldx:q scale_s0:q scale_s1:q scale_t_s0:q "
     "scale_t_s1:q in_kind:i pow2:i stream:Q",
 )
-TRAINING_MIRRORS = (WGRAD_ARGS, QUANTIZE_TRANSPOSED_ARGS, QUANTIZE_GROUPED_TRANSPOSED_ARGS)
+KGROUPED_WGRAD_ARGS = ArgsMirror(
+    "kgrouped_wgrad_launch",
+    "a:Q b:Q a_scale:Q b_scale:Q out:Q offs:Q m:q n:q k:q experts:q lda:q ldb:q ldo:q out_es:q a_scale_ld:q "
+    "b_scale_ld:q accumulate:i out_kind:i stream:Q",
+)
+TRAINING_MIRRORS = (WGRAD_ARGS, QUANTIZE_TRANSPOSED_ARGS, QUANTIZE_GROUPED_TRANSPOSED_ARGS, KGROUPED_WGRAD_ARGS)
 MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS, *MOE_MIRRORS, *TRAINING_MIRRORS)
 
 # Grouped layouts (fp8gemm/backend.hpp GroupedLayout).
@@ -246,6 +251,19 @@ asynchronous like it. Optional: without it the core runs the reference.
 """
 
 
+KGroupedWgradFn = Callable[[int], None]
+"""``kgrouped_wgrad_launch(KGROUPED_WGRAD_ARGS.pack(a, b, a_scale, b_scale, out, offs, m, n, k, experts, lda, ldb, ldo,
+out_es, a_scale_ld, b_scale_ld, accumulate, out_kind, stream))``: every expert's weight gradient in one launch, on the
+per-expert 128-aligned layout of ``fp8gemm.training.quantize_grouped_with_transpose`` (k = 128 * (experts + tokens //
+128 + 1) columns). Expert e's product is :data:`WgradFn`'s over its own K blocks only, ``[e + start_e // 128, ... +
+ceil((end_e - start_e) / 128))``, with ``offs`` int32 [experts] the cumulative token ends, read on the device and each
+clamped to [previous end, k - 128 * experts - 1]; it goes to ``out + e * out_es`` elements ([m, n], rows ``ldo``
+apart). An expert without tokens gets zeros, or with ``accumulate`` keeps its slice untouched. Operands, scales,
+``out_kind`` as for :data:`WgradFn`; the core guarantees 1 <= experts <= the module's ``kgrouped_max_experts()``.
+Optional: without it the core runs the reference.
+"""
+
+
 def _no_workspace(m: int, n: int, k: int) -> int:
     return 0
 
@@ -282,6 +300,8 @@ class Backend:
     wgrad_b_scale_layout: ScaleLayout | None = None  # the layout of the per-row B scales wgrad_launch reads
     quantize_transposed: QuantizeTransposedFn | None = None  # optional: an operand and its transpose in one read
     quantize_grouped_transposed: QuantizeGroupedTransposedFn | None = None  # optional: the same, x^T per expert
+    kgrouped_wgrad_launch: KGroupedWgradFn | None = None  # optional: every expert's weight gradient in one launch
+    kgrouped_max_experts: int = 0  # the most experts kgrouped_wgrad_launch takes
 
     def __post_init__(self):
         if self.platform not in ("cuda", "rocm"):

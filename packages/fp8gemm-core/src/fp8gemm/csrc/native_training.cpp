@@ -33,7 +33,7 @@ Tensor empty_scale(int32_t device, int64_t rows, int64_t cols, bool k_major, int
 }
 
 // The leading-dimension multiple of a transposed activation's MN-major scales, which both operands of the
-// weight-gradient GEMM read in place (fp8gemm/training/quantize.py _scale_t_layout).
+// weight-gradient GEMM read in place (fp8gemm/training/quantize.py scale_t_layout).
 int64_t transposed_scale_multiple() {
   const int64_t a = g.entries.a_scale_ld_multiple, b = g.training.wgrad_b_scale_ld_multiple;
   return g.training.wgrad_launch != nullptr && b > 0 ? std::lcm(a, b) : a;

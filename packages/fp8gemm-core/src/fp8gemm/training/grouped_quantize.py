@@ -41,7 +41,7 @@ from ..autograd import refuse_grad
 from ..quantize import quantize_activation
 from ..reference import BLOCK, reciprocal, reference_quantize, scale_from_amax
 from ..validation import check_fp8_dtype, check_source
-from .quantize import Transposed
+from .quantize import Transposed, scale_t_layout
 
 
 def grouped_blocks(rows: int, experts: int) -> int:
@@ -165,7 +165,7 @@ def _kernel_grouped(kernel, x: torch.Tensor, offs: torch.Tensor, pow2: bool):
     q = x.new_empty((rows, k), dtype=dtype)
     scale, _ = runtime.empty_scale(rows, k // BLOCK, kernel.a_scale_layout, x.device)
     q_t = x.new_empty((k, blocks * BLOCK), dtype=dtype)
-    scale_t = x.new_empty((k, blocks), dtype=torch.float32)
+    scale_t, _ = runtime.empty_scale(k, blocks, scale_t_layout(kernel), x.device)  # read in place by kgrouped_wgrad
     runtime.call_quantize_grouped_transposed(kernel, runtime.kernel_rows(x), offs.contiguous(), q, scale, q_t,
                                              scale_t, pow2)  # fmt: skip
     return q, scale, q_t, scale_t

@@ -8,8 +8,8 @@ as the dense weight-gradient GEMM (docs/training.md). An expert with no token ge
 slice of ``out`` is left untouched). The column blocks of each expert come from ``offs`` on the device, so no value is
 read on the host on a GPU.
 
-Today every call runs the pure-torch reference below; :func:`run_kgrouped_wgrad` is where a backend's k-grouped
-kernel will take the call.
+:func:`run_kgrouped_wgrad` launches the backend's ``kgrouped_wgrad_launch`` entry where it has one (one launch for
+every expert, fp8gemm/backend.hpp KGroupedWgradArgs), else the pure-torch reference below.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import torch
 from .. import registry, runtime
 from ..autograd import refuse_grad
 from ..grouped_checks import check_dims, check_rows, check_scale_shape
+from ..protocol import KGROUPED_WGRAD_ARGS
 from ..reference import BLOCK
-from ..validation import check_fp8, check_same_device
+from ..validation import check_fp8, check_same_device, conform_scale
 from .grouped_quantize import block_experts, check_offs_tensor, check_offs_values, expert_columns
 
 NAMES = ("a_t", "b_t", "a_scale_t", "b_scale_t", "offs", "out")
@@ -128,9 +129,41 @@ def reference_kgrouped_wgrad(a_t, b_t, a_scale_t, b_scale_t, offs) -> torch.Tens
     return result[:experts]
 
 
+def _kernel_takes(backend, a_t, b_t, offs, out) -> bool:
+    """Whether ``backend``'s k-grouped entry takes the call: its FP8 dtype, at most its experts, rows it can read in
+    place and an out whose rows are contiguous and 16-byte aligned."""
+    if getattr(backend, "kgrouped_wgrad_launch", None) is None or offs.shape[0] > backend.kgrouped_max_experts:
+        return False
+    if a_t.dtype != getattr(torch, backend.fp8_dtype) or offs.device != a_t.device:
+        return False
+    aligned = all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 for t in (a_t, b_t, out))
+    return aligned and a_t.stride(0) % 16 == 0 and b_t.stride(0) % 16 == 0 and out.stride(1) % 8 == 0
+
+
+def _launch(backend, a_t, b_t, a_scale_t, b_scale_t, offs, out: torch.Tensor, accumulate: bool) -> None:
+    """One launch of the backend's k-grouped entry on its device's current stream (scales conformed to its layouts:
+    no copy for those of quantize_grouped_with_transpose)."""
+    a_scale, a_ld = conform_scale(a_scale_t, backend.a_scale_layout)
+    b_scale, b_ld = conform_scale(b_scale_t, backend.wgrad_b_scale_layout)
+    offs = offs.to(torch.int32).contiguous()
+    dev = runtime.device_index(a_t)
+    (n, cols), k = a_t.shape, b_t.shape[0]
+    address = KGROUPED_WGRAD_ARGS.pack(a_t.data_ptr(), b_t.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(),
+                                       out.data_ptr(), offs.data_ptr(), n, k, cols, offs.shape[0], a_t.stride(0),
+                                       b_t.stride(0), out.stride(1), out.stride(0), a_ld, b_ld, int(accumulate),
+                                       runtime.out_kind(out.dtype), runtime.raw_stream(dev))  # fmt: skip
+    if runtime.switch_needed(dev):
+        runtime.call_on_device(backend.kgrouped_wgrad_launch, address, dev)
+    else:
+        backend.kgrouped_wgrad_launch(address)
+
+
 def run_kgrouped_wgrad(backend, a_t, b_t, a_scale_t, b_scale_t, offs, out: torch.Tensor, accumulate: bool) -> None:
-    """``out`` <- (or +=) every expert's product, on checked operands. ``backend`` is the one for a_t's device: the
-    place its k-grouped kernel will take the call; today every backend runs the reference."""
+    """``out`` <- (or +=) every expert's product, on checked operands: the k-grouped kernel of ``backend`` (the one
+    for a_t's device) where it takes the call, else the reference."""
+    if _kernel_takes(backend, a_t, b_t, offs, out):
+        _launch(backend, a_t, b_t, a_scale_t, b_scale_t, offs, out, accumulate)
+        return
     product = reference_kgrouped_wgrad(a_t, b_t, a_scale_t, b_scale_t, offs)
     if not accumulate:
         out.copy_(product)

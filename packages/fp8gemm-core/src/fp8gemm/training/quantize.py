@@ -71,7 +71,7 @@ def quantize_weight_with_transpose(
     return Transposed(*_quantize_transposed(w, fp8_dtype, pow2_scales, True, None))
 
 
-def _scale_t_layout(backend) -> ScaleLayout:
+def scale_t_layout(backend) -> ScaleLayout:
     """The layout of a transposed activation's scales: MN-major with a leading dimension both of its consumers read
     in place (the weight-gradient GEMM's A and B scales)."""
     b_layout = backend.wgrad_b_scale_layout
@@ -105,7 +105,7 @@ def _plan(device: torch.device, fp8_dtype: torch.dtype | None, blocks: bool, bac
         elif blocks:
             layouts = (chosen.b_scale_layout, chosen.b_scale_layout)
         else:
-            layouts = (chosen.a_scale_layout, _scale_t_layout(chosen))
+            layouts = (chosen.a_scale_layout, scale_t_layout(chosen))
         takes = chosen is not None and chosen.quantize_transposed is not None
         found = _plans[key] = _Plan(
             dtype, layouts, chosen if takes and dtype is getattr(torch, chosen.fp8_dtype) else None

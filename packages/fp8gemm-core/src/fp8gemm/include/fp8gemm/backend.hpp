@@ -147,6 +147,24 @@ struct QuantizeGroupedTransposedArgs {
   uintptr_t stream;
 };
 
+// The k-grouped weight-gradient GEMM (optional entry kgrouped_wgrad_launch, fp8gemm/training_entries.hpp;
+// docs/training.md "Mixture-of-experts layers"): for every expert e < experts, the WgradArgs product over expert e's own
+// K blocks of the per-expert 128-aligned layout (fp8gemm.training.quantize_grouped_with_transpose):
+//   out[e][m, n] (+)= sum over k in e's blocks of a[m, k] * b[n, k] * a_scale[m, k / 128] * b_scale[n, k / 128]
+// offs int32 [experts] holds the cumulative token ends, read only on the device, each clamped to [previous end,
+// k - 128 * experts - 1]; expert e (tokens [start_e, end_e)) owns K blocks [e + start_e / 128, that + ceil((end_e -
+// start_e) / 128)). out[e] sits at out + e * out_es elements, rows ldo apart. An expert without tokens gets zeros, or
+// keeps out[e] untouched with accumulate. Operands and scales as WgradArgs' (k = 128 * (experts + tokens / 128 + 1));
+// the core guarantees 1 <= experts <= kKGroupedMaxExperts and no workspace.
+constexpr int kKGroupedMaxExperts = 2048;
+struct KGroupedWgradArgs {
+  uintptr_t a, b, a_scale, b_scale, out, offs;
+  int64_t m, n, k, experts, lda, ldb, ldo, out_es, a_scale_ld, b_scale_ld;
+  int accumulate;
+  int out_kind;  // OutKind: kOutFP32, or kOutBF16 (no accumulate)
+  uintptr_t stream;
+};
+
 // What crosses from Python: the header, then the arguments (fp8gemm/protocol.py mirrors each struct).
 template <class Args>
 struct Wire {
@@ -170,5 +188,7 @@ static_assert(sizeof(Wire<QuantizeTransposedArgs>) == 136 && offsetof(QuantizeTr
               "mirror: QUANTIZE_TRANSPOSED_ARGS");
 static_assert(sizeof(Wire<QuantizeGroupedTransposedArgs>) == 144 && offsetof(QuantizeGroupedTransposedArgs, stream) == 128,
               "mirror: QUANTIZE_GROUPED_TRANSPOSED_ARGS");
+static_assert(sizeof(Wire<KGroupedWgradArgs>) == 152 && offsetof(KGroupedWgradArgs, stream) == 136,
+              "mirror: KGROUPED_WGRAD_ARGS");
 
 }  // namespace fp8gemm

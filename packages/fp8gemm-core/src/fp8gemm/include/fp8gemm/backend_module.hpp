@@ -3,8 +3,8 @@
 //   optionally quantize(args) and linear(args) with linear_workspace_bytes(m, n, k, in_kind), grouped_launch(args)
 //   with grouped_workspace_bytes(layout, m, n, k, groups), moe_route(args), moe_activation(args) and
 //   moe_combine(args) with moe_workspace_bytes(tokens, top_k, experts), a_scale_ld_multiple(), and wgrad_launch(args)
-//   with wgrad_workspace_bytes(m, n, k) and wgrad_b_scale_ld_multiple(), quantize_transposed(args) and
-//   quantize_grouped_transposed(args). Each `args` is
+//   with wgrad_workspace_bytes(m, n, k) and wgrad_b_scale_ld_multiple(), quantize_transposed(args),
+//   quantize_grouped_transposed(args) and kgrouped_wgrad_launch(args). Each `args` is
 //   the address of a Wire<...Args> (fp8gemm/backend.hpp) that the core packed through its mirror (fp8gemm/protocol.py).
 // An arch package's binding is then one line per entry:
 //   PYBIND11_MODULE(_C, m) { fp8gemm::define_backend_module(m, &my::launch, &my::workspace_bytes, my::build_info); }
@@ -38,6 +38,7 @@ void define_backend_module(pybind11::module_& m, Launch launch, WorkspaceBytes w
         sizes["wgrad_launch"] = sizeof(Wire<WgradArgs>);
         sizes["quantize_transposed"] = sizeof(Wire<QuantizeTransposedArgs>);
         sizes["quantize_grouped_transposed"] = sizeof(Wire<QuantizeGroupedTransposedArgs>);
+        sizes["kgrouped_wgrad_launch"] = sizeof(Wire<KGroupedWgradArgs>);
         return sizes;
       },
       "Bytes of each entry's argument struct, header included (the core compares them with its mirrors)");
@@ -125,6 +126,18 @@ void define_quantize_transposed_entry(pybind11::module_& m, QuantizeTransposed q
       },
       "Enqueue one quantization of an operand and its transpose (one read): `args` is the address of a packed "
       "fp8gemm.protocol.QUANTIZE_TRANSPOSED_ARGS");
+}
+
+// The optional k-grouped weight-gradient GEMM (fp8gemm.protocol.KGroupedWgradFn, fp8gemm/training_entries.hpp): every
+// expert's weight gradient in one launch, on the layout of the grouped transposing quantizer.
+template <class KGroupedWgrad>
+void define_kgrouped_wgrad_entry(pybind11::module_& m, KGroupedWgrad kgrouped_wgrad) {
+  m.def(
+      "kgrouped_wgrad_launch",
+      [kgrouped_wgrad](uintptr_t args) { kgrouped_wgrad(read_wire<KGroupedWgradArgs>(args, "kgrouped_wgrad_launch")); },
+      "Enqueue every expert's weight-gradient GEMM over its own K blocks (one launch): `args` is the address of a "
+      "packed fp8gemm.protocol.KGROUPED_WGRAD_ARGS");
+  m.def("kgrouped_max_experts", [] { return kKGroupedMaxExperts; }, "The most experts kgrouped_wgrad_launch() takes");
 }
 
 // The optional grouped transposing quantizer (fp8gemm.protocol.QuantizeGroupedTransposedFn,

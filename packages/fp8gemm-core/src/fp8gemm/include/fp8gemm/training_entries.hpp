@@ -6,6 +6,7 @@
 //   fp8gemm::define_wgrad_entry(m, &arch::wgrad_launch, &arch::wgrad_workspace_bytes, arch::kWgradBScaleLdMultiple);
 //   fp8gemm::define_quantize_transposed_entry(m, &arch::quantize_transposed);
 //   fp8gemm::define_quantize_grouped_transposed_entry(m, &arch::quantize_grouped_transposed);
+//   fp8gemm::define_kgrouped_wgrad_entry(m, &arch::kgrouped_wgrad_launch);
 // kWgradBScaleLdMultiple being the leading-dimension multiple of the B scales its wgrad_launch reads.
 #pragma once
 #include <cstdint>
@@ -29,5 +30,8 @@ void quantize_transposed(const fp8gemm::QuantizeTransposedArgs& args);
 // One quantization of rows sorted by expert and of their per-expert transpose on args.stream (bound with
 // fp8gemm::define_quantize_grouped_transposed_entry); throws std::runtime_error on a launch error.
 void quantize_grouped_transposed(const fp8gemm::QuantizeGroupedTransposedArgs& args);
+// Every expert's weight gradient over its own K blocks in one launch on args.stream (bound with
+// fp8gemm::define_kgrouped_wgrad_entry); throws std::runtime_error on a launch error.
+void kgrouped_wgrad_launch(const fp8gemm::KGroupedWgradArgs& args);
 
 }  // namespace FP8GEMM_ARCH_NAMESPACE
