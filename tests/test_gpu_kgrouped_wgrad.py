@@ -90,14 +90,15 @@ def _check_experts(got, want, counts, tolerance) -> None:
 
 
 # (counts, N, K): empty and partial experts, one expert holding everything, many experts, and sizes for each tile
-# (a tile taller than N, 192 x 128, the 256 x 128 pairs with an odd N block count).
+# (one 128 x 128 tile a product, 192 x 128, the 256 x 128 pairs with an odd N block count). N and K are the
+# quantized rows' widths: multiples of 128.
 CASES = [
     ([1, 127, 128, 129, 300], 128, 256),
-    ([129, 0, 0, 127, 1, 0, 300], 96, 48),
-    ([0, 700, 0], 200, 272),
+    ([129, 0, 0, 127, 1, 0, 300], 128, 128),
+    ([0, 700, 0], 384, 256),
     ([0, 0], 128, 128),
-    ([(e * 37) % 300 for e in range(40)], 1000, 2160),
-    ([512] * 6 + [0, 1, 1300], 1536, 2160),
+    ([(e * 37) % 300 for e in range(40)], 1024, 2176),
+    ([512] * 6 + [0, 1, 1300], 1536, 2176),
     ([3 * (e % 5) for e in range(300)], 128, 128),
 ]
 
@@ -161,7 +162,7 @@ def test_unchecked_offs_are_clamped_as_the_reference_clamps_them(backend, ends):
 def test_more_experts_than_the_kernel_takes_run_the_reference(backend, launches):
     kernel = registry.select(torch.device("cuda"), backend).backend
     counts = [1] * (kernel.kgrouped_max_experts + 1)
-    offs, a, b = _operands(counts, 16, 16, seed=12)
+    offs, a, b = _operands(counts, 128, 128, seed=12)
     out = kgrouped_wgrad(a.q_t, b.q_t, a.scale_t, b.scale_t, offs, backend=backend)
     assert launches[0] == 0
     _check_experts(out, _float64(a, b, counts).cuda(), counts, 1e-6)

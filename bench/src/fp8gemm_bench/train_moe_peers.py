@@ -82,8 +82,10 @@ def reference_layer(grouped_mm):
 
 def torchao_grouped_mm():
     """torchao's differentiable FP8 blockwise grouped GEMM (1x128 activations, 128x128 weights); ImportError else."""
-    try:
-        from torchao.prototype.moe_training.blockwise_fp8 import _to_fp8_blockwise_then_scaled_grouped_mm as mm
+    try:  # torchao 0.18
+        from torchao.prototype.moe_training.blockwise_fp8.grouped_mm import (
+            _to_fp8_blockwise_then_scaled_grouped_mm as mm,
+        )
     except ImportError:  # torchao releases before the blockwise_fp8 package
         from torchao.prototype.moe_training.blockwise_fp8_grouped_mm import (
             _to_fp8_blockwise_then_scaled_grouped_mm as mm,
