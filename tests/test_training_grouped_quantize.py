@@ -13,7 +13,12 @@ from fp8gemm.moe_reference import dequantize64
 from fp8gemm.reference import REFERENCE, SCALE_FLOOR, reference_quantize
 from fp8gemm.registry import Selection
 from fp8gemm.testing.conformance import DEFAULT_SEED, relative_error
-from fp8gemm.training import kgrouped_wgrad, quantize_experts_with_transpose, quantize_grouped_with_transpose
+from fp8gemm.training import (
+    grouped_quantize,
+    kgrouped_wgrad,
+    quantize_experts_with_transpose,
+    quantize_grouped_with_transpose,
+)
 from test_grouped import refuse_host_reads
 
 FN = torch.float8_e4m3fn
@@ -122,7 +127,9 @@ def test_every_split_of_two_experts():
         _assert_bits(quantize_grouped_with_transpose(x, offs), counts, x=x)
 
 
-def test_weights_of_every_expert_and_their_transposes():
+@pytest.mark.parametrize("chunk_bytes", [1 << 30, 1], ids=["all-experts-at-once", "one-expert-at-a-time"])
+def test_weights_of_every_expert_and_their_transposes(chunk_bytes, monkeypatch):
+    monkeypatch.setattr(grouped_quantize, "EXPERTS_CHUNK_BYTES", chunk_bytes)
     gen = torch.Generator().manual_seed(DEFAULT_SEED + 5)
     print(f"seed {DEFAULT_SEED + 5}")
     w = torch.randn(3, 200, 256, generator=gen) * torch.rand(3, 1, 1, generator=gen)
