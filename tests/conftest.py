@@ -27,6 +27,31 @@ def backends_under_test() -> list[str]:
     return names
 
 
+def gpu_backends_with(entry: str) -> list[str]:
+    """The backends under test on a GPU whose protocol has the optional ``entry`` (none on a CPU)."""
+    if device_under_test().type == "cpu":
+        return []
+    found = []
+    for name in backends_under_test():
+        if getattr(registry.select(torch.device("cuda"), name).backend, entry, None) is not None:
+            found.append(name)
+    return found
+
+
+def count_calls(monkeypatch, owner, name: str) -> list[int]:
+    """``owner.name`` wrapped so each call adds one to the returned counter: a reference fallback cannot pass as the
+    kernel."""
+    count = [0]
+    real = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return count
+
+
 @pytest.fixture(scope="package")
 def device() -> torch.device:
     return device_under_test()

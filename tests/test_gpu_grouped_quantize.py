@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import test_training_grouped_quantize
 import torch
-from conftest import backends_under_test, device_under_test
+from conftest import count_calls, device_under_test, gpu_backends_with
 from fp8gemm import registry, runtime
 from fp8gemm.testing.conformance_layer import _same_codes, _same_scales, special_values
 from fp8gemm.training import grouped_quantize, quantize_grouped_with_transpose
@@ -22,18 +22,7 @@ from fp8gemm.training import grouped_quantize, quantize_grouped_with_transpose
 pytestmark = pytest.mark.skipif(device_under_test().type == "cpu", reason="needs a GPU")
 
 
-def _kernel_backends() -> list[str]:
-    if device_under_test().type == "cpu":
-        return []
-    found = []
-    for name in backends_under_test():
-        backend = registry.select(torch.device("cuda"), name).backend
-        if getattr(backend, "quantize_grouped_transposed", None) is not None:
-            found.append(name)
-    return found
-
-
-BACKENDS = _kernel_backends()
+BACKENDS = gpu_backends_with("quantize_grouped_transposed")
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 COUNTS = test_training_grouped_quantize.COUNTS
 
@@ -41,15 +30,7 @@ COUNTS = test_training_grouped_quantize.COUNTS
 @pytest.fixture
 def launches(monkeypatch):
     """How many times the kernel entry was called, so a reference fallback cannot pass as the kernel."""
-    count = [0]
-    real = runtime.call_quantize_grouped_transposed
-
-    def counted(*args, **kwargs):
-        count[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(runtime, "call_quantize_grouped_transposed", counted)
-    return count
+    return count_calls(monkeypatch, runtime, "call_quantize_grouped_transposed")
 
 
 def _poison_allocator(nbytes: int) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import backends_under_test, device_under_test
+from conftest import count_calls, device_under_test, gpu_backends_with
 from fp8gemm import registry
 from fp8gemm.moe_reference import dequantize64
 from fp8gemm.testing.conformance import DEFAULT_SEED, relative_error
@@ -25,32 +25,13 @@ pytestmark = pytest.mark.skipif(device_under_test().type == "cpu", reason="needs
 FP32_TOLERANCE, BF16_TOLERANCE = 5e-4, 4e-3
 
 
-def _kernel_backends() -> list[str]:
-    if device_under_test().type == "cpu":
-        return []
-    found = []
-    for name in backends_under_test():
-        backend = registry.select(torch.device("cuda"), name).backend
-        if getattr(backend, "kgrouped_wgrad_launch", None) is not None:
-            found.append(name)
-    return found
-
-
-BACKENDS = _kernel_backends()
+BACKENDS = gpu_backends_with("kgrouped_wgrad_launch")
 
 
 @pytest.fixture
 def launches(monkeypatch):
     """How many times the kernel entry was called, so a reference fallback cannot pass as the kernel."""
-    count = [0]
-    real = grouped_wgrad._launch
-
-    def counted(*args, **kwargs):
-        count[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(grouped_wgrad, "_launch", counted)
-    return count
+    return count_calls(monkeypatch, grouped_wgrad, "_launch")
 
 
 def _operands(counts, n, k, seed):

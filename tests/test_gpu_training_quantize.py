@@ -13,7 +13,7 @@ from __future__ import annotations
 import fp8gemm
 import pytest
 import torch
-from conftest import backends_under_test, device_under_test
+from conftest import count_calls, device_under_test, gpu_backends_with
 from fp8gemm import registry, runtime
 from fp8gemm.testing.conformance_layer import _same_codes, _same_scales, special_values
 from fp8gemm.training import quantize as training_quantize
@@ -22,18 +22,7 @@ from fp8gemm.training import quantize_weight_with_transpose, quantize_with_trans
 pytestmark = pytest.mark.skipif(device_under_test().type == "cpu", reason="needs a GPU")
 
 
-def _kernel_backends() -> list[str]:
-    if device_under_test().type == "cpu":
-        return []
-    found = []
-    for name in backends_under_test():
-        backend = registry.select(torch.device("cuda"), name).backend
-        if getattr(backend, "quantize_transposed", None) is not None:
-            found.append(name)
-    return found
-
-
-BACKENDS = _kernel_backends()
+BACKENDS = gpu_backends_with("quantize_transposed")
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
 
@@ -42,15 +31,7 @@ def launches(monkeypatch):
     """How many times the kernel entry was called (so a reference fallback cannot pass as the kernel), through the
     protocol: the native ops are off here (tests/test_native_training.py holds them to these bits)."""
     monkeypatch.setattr(runtime, "native_ops", lambda *args: None)
-    count = [0]
-    real = runtime.call_quantize_transposed
-
-    def counted(*args, **kwargs):
-        count[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(runtime, "call_quantize_transposed", counted)
-    return count
+    return count_calls(monkeypatch, runtime, "call_quantize_transposed")
 
 
 def _poison_allocator(nbytes: int) -> None:
