@@ -123,6 +123,19 @@ def test_launch_protocol_through_raw_pointers(fake_grouped, case, backend):
     if backend == "hopper":  # scales conformed into its layouts: every group 16-byte aligned
         assert call["a_scale_ld"] % 4 == 0 and call["b_scale_ld"] % 4 == 0
         assert call["b_scale_group_stride"] % 4 == 0 and call["a_scale_group_stride"] % 4 == 0
+    _assert_tensor_map_alignment(call)
+
+
+def _assert_tensor_map_alignment(call: dict) -> None:
+    """What cuTensorMapEncodeTiled demands of every address and stride, applied or not (a dim of size 1 too):
+    16-byte aligned pointers, strides 16-byte multiples below 2^40 bytes."""
+    out_bytes = 4 if call["out_kind"] == OUT_FP32 else 2
+    for name in ("a", "b", "a_scale", "b_scale", "out"):
+        assert call[name] % 16 == 0, f"{name} pointer {call[name]:#x}"
+    sizes = {"lda": 1, "ldb": 1, "ldo": out_bytes, "a_group_stride": 1, "b_group_stride": 1}
+    sizes |= {"out_group_stride": out_bytes, "a_scale_group_stride": 4, "b_scale_group_stride": 4}
+    for name, size in sizes.items():
+        assert (call[name] * size) % 16 == 0 and 0 <= call[name] * size < 1 << 40, f"{name} = {call[name]}"
 
 
 def test_bad_values_never_reach_the_backend_from_the_host(fake_grouped):

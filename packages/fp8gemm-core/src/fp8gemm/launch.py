@@ -141,14 +141,29 @@ def run_grouped(plan: GroupedPlan, a, b, group_rows, out, expected_m: int = 0) -
     group_rows = group_rows.contiguous()  # a device-side copy at most: kernels read it as a plain int32 array
     stream = runtime.raw_stream(dev)
     workspace = runtime.scratch(backend.grouped_workspace_bytes(layout, m, n, k, groups), out.device, stream)
+    lda, ldo = row_stride(a), row_stride(out)
     address = _pack_grouped(
         a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(), workspace,
-        group_rows.data_ptr(), m, n, k, groups, a.stride(-2), b.stride(1), out.stride(-2), a_scale_ld, b_scale_ld,
-        a.stride(0) if masked else 0, b.stride(0), out.stride(0) if masked else 0, a_scale_group_stride,
-        b_scale_group_stride, expected_m, layout, runtime.out_kind(out.dtype), stream,
+        group_rows.data_ptr(), m, n, k, groups, lda, b.stride(1), ldo, a_scale_ld, b_scale_ld,
+        group_stride(a, lda) if masked else 0, group_stride(b, b.stride(1)), group_stride(out, ldo) if masked else 0,
+        a_scale_group_stride, b_scale_group_stride, expected_m, layout, runtime.out_kind(out.dtype), stream,
     )  # fmt: skip
     if elsewhere:
         runtime.call_on_device(backend.grouped_launch, address, dev)
     else:
         backend.grouped_launch(address)
     return out
+
+
+def row_stride(t: torch.Tensor) -> int:
+    """The row stride (elements) of ``t`` [..., rows, cols] a kernel is handed. One row is never stepped over, and
+    torch reports any stride for a dim of size 1 (0, 1, the row length...): then the row length itself, a multiple
+    of 16 bytes for every operand the grouped checks pass (FP8 K a multiple of 128, N a multiple of 16)."""
+    return t.stride(-2) if t.shape[-2] > 1 else t.shape[-1]
+
+
+def group_stride(t: torch.Tensor, ld: int) -> int:
+    """The group stride (elements) of a 3-D ``t`` [G, rows, cols] with row stride ``ld``: as :func:`row_stride`,
+    one group's (never applied) is the size of its rows, so that every stride a backend gets is a multiple of 16
+    bytes (a tensor map refuses any other, applied or not)."""
+    return t.stride(0) if t.shape[0] > 1 else t.shape[1] * ld

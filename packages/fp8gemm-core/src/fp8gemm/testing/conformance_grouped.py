@@ -36,6 +36,7 @@ class GroupedCase:
     col_major_scales: bool = False  # a_scale and every group of b_scale column-major
     preallocated_out: bool = True  # out= (else the functional call)
     prepared: bool = False  # b_scale through prepare_weight_scale, a and a_scale from quantize_activation
+    strides: str = ""  # one of STRIDES: operands as a view with strides a kernel cannot take as they are
 
     @property
     def groups(self) -> int:
@@ -52,6 +53,7 @@ class GroupedCase:
         shape += f"-mmax{self.m_max}" if self.layout == "masked" else ""
         flags = [str(self.out_dtype).removeprefix("torch."), "colscale" if self.col_major_scales else "rowscale"]
         flags += ["functional"] * (not self.preallocated_out) + ["prepared"] * self.prepared
+        flags += [self.strides] * bool(self.strides)
         return f"{shape}-{self.n}x{self.k}-" + "-".join(flags)
 
 
@@ -93,6 +95,40 @@ EXTRA_CASES = [
 ]
 
 
+# Strides of size-1 dims and scale views, each legal input a kernel cannot read as it is: "size1" gives every dim of
+# size 1 (a group of G = 1, a row of M_max = 1, one scale block) an odd stride, as views of torch may report (they
+# address nothing); "scale-offset" puts both scales 4 bytes past a 16-byte boundary with rows (and groups) an odd
+# number of floats apart. Both must run as the plain operands do: the first by strides no backend ever sees, the
+# second by a copy of the scales into the backend's layout.
+STRIDES = ("", "size1", "scale-offset")
+ODD_M_MAX = (1, 3, 7, 9, 63, 65)
+
+
+def _odd_m_max_cases() -> list[GroupedCase]:
+    """Every M_max of ``ODD_M_MAX`` with one group (masked_m 0, partial and full, one case each) and with six (all
+    three in one call), over N, K, out dtype, the quantizer's scale views and :data:`STRIDES`."""
+    cases, i = [], 0
+    for m_max in ODD_M_MAX:
+        counts = sorted({0, (m_max + 1) // 2, m_max})
+        for rows in [(c,) for c in counts] + [(counts[-1], 0, counts[1], m_max - 1, 1, counts[1])]:
+            n, k = (16, 48, 144, 272)[i % 4], (128, 256, 384)[i % 3]
+            cases.append(GroupedCase("masked", rows, n, k, m_max=m_max, out_dtype=(torch.bfloat16, torch.float32)[i % 2],
+                                     preallocated_out=i % 5 != 3, prepared=i % 3 != 1, strides=STRIDES[i % 3]))  # fmt: skip
+            i += 1
+    return cases
+
+
+# One group and one row through each layout with odd strides on their size-1 dims, and scales the backends copy.
+STRIDE_CASES = _odd_m_max_cases() + [
+    GroupedCase("offs", (1,), 16, 128, strides="size1"),
+    GroupedCase("offs", (1,), 272, 384, prepared=True, strides="size1", out_dtype=torch.float32),
+    GroupedCase("offs", (5, 0, 9), 144, 256, tail=1, strides="scale-offset", col_major_scales=True),
+    GroupedCase("m_indices", (1,), 48, 256, strides="size1", preallocated_out=False),
+    GroupedCase("masked", (1,), 16, 128, m_max=1, strides="size1", col_major_scales=True),
+    GroupedCase("masked", (3, 0, 7), 272, 128, m_max=7, strides="scale-offset"),
+]
+
+
 def _variant(i: int, layout, rows, n, k, tail, m_max) -> GroupedCase:
     dtype = torch.float32 if i % 3 == 2 else torch.bfloat16
     return GroupedCase(layout, rows, n, k, tail, m_max, dtype, i % 2 == 1, i % 5 != 4, i % 4 == 3)
@@ -116,11 +152,29 @@ def cases(device: torch.device | str, n_random: int = 6, seed: int | None = None
     on_gpu = torch.device(device).type != "cpu"
     rng = random.Random(DEFAULT_SEED if seed is None else seed)
     shapes = FIXED_SHAPES + (GPU_SHAPES if on_gpu else []) + random_shapes(n_random, rng)
-    return [_variant(i, *shape) for i, shape in enumerate(shapes)] + EXTRA_CASES
+    return [_variant(i, *shape) for i, shape in enumerate(shapes)] + EXTRA_CASES + STRIDE_CASES
 
 
 def _col_major(scale: torch.Tensor) -> torch.Tensor:
     return scale.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def odd_size1_strides(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with an odd stride on every dim of size 1 (a stride never applied: the same elements)."""
+    pairs = enumerate(zip(t.shape, t.stride(), strict=True))
+    strides = tuple(2 * d + 3 if extent == 1 else stride for d, (extent, stride) in pairs)
+    return t.as_strided(t.shape, strides)
+
+
+def unaligned_scales(t: torch.Tensor) -> torch.Tensor:
+    """A copy of the scales ``t`` [(G,) rows, cols] starting 4 bytes past a 16-byte boundary, rows one float further
+    apart than their length and groups one float past their rows: strides no backend reads in place."""
+    rows, cols = t.shape[-2:]
+    strides = (cols + 1, 1) if t.dim() == 2 else (rows * (cols + 1) + 1, cols + 1, 1)
+    size = 1 + sum(max(extent - 1, 0) * stride for extent, stride in zip(t.shape, strides, strict=True))
+    view = t.new_empty(1 + size).as_strided(t.shape, strides, 1)
+    view.copy_(t)
+    return view
 
 
 def make_inputs(case: GroupedCase, fp8_dtype: torch.dtype, device, gen: torch.Generator, backend: str | None = None):
@@ -141,6 +195,10 @@ def make_inputs(case: GroupedCase, fp8_dtype: torch.dtype, device, gen: torch.Ge
         a_scale, b_scale = _col_major(a_scale), _col_major(b_scale)
     if case.prepared:
         b_scale = prepare_weight_scale(b_scale, backend=backend)
+    if case.strides == "scale-offset":
+        a_scale, b_scale = unaligned_scales(a_scale), unaligned_scales(b_scale)
+    elif case.strides == "size1":
+        a, b, a_scale, b_scale = map(odd_size1_strides, (a, b, a_scale, b_scale))
     if case.layout == "offs":
         group_rows = torch.tensor(case.rows, device=device).cumsum(0)
     elif case.layout == "masked":
@@ -205,6 +263,8 @@ def _run_case(case: GroupedCase, device, fp8_dtype, backend, gen) -> GroupedResu
     a, b, a_scale, b_scale, group_rows = make_inputs(case, fp8_dtype, device, gen, backend)
     shape = (case.groups, case.m, case.n) if case.layout == "masked" else (case.m, case.n)
     out = torch.full(shape, math.nan, dtype=case.out_dtype, device=device) if case.preallocated_out else None
+    if out is not None and case.strides == "size1":
+        out = odd_size1_strides(out)
     try:
         result = _call(case, a, b, a_scale, b_scale, group_rows, out, backend)
         if torch.device(device).type == "cuda":
@@ -283,6 +343,19 @@ def _misaligned_groups(b, device):
     return view
 
 
+def _misaligned_start(a, device):
+    """a copied to one byte past a 16-byte boundary (every stride as before)."""
+    view = torch.empty(a.numel() + 1, dtype=a.dtype, device=device)[1:].view(a.shape)
+    view.copy_(a)
+    return view
+
+
+def _out_strided(strides, device):
+    """A bf16 masked out [4, 16, 256] with ``strides``."""
+    size = 1 + sum((extent - 1) * stride for extent, stride in zip((4, 16, 256), strides, strict=True))
+    return torch.empty(size, dtype=torch.bfloat16, device=device).as_strided((4, 16, 256), strides)
+
+
 def _i32(values, device):
     return torch.tensor(values, dtype=torch.int32, device=device)
 
@@ -330,6 +403,10 @@ BAD_INPUTS = [
     GroupedBadInput("masked_m-device", _M, _set(masked_m=lambda s, d: _other_device(s["masked_m"], d)), ValueError, "masked_m is on"),
     GroupedBadInput("masked_m-past-m_max", _M, _set(masked_m=lambda s, d: _i32([9, 0, 17, 3], d)), ValueError, "masked_m holds 17, outside [0, M_max = 16]", host_values=True),
     GroupedBadInput("masked-out-shape", _M, _set(out=lambda s, d: torch.empty(4, 16, 128, dtype=torch.bfloat16, device=d)), ValueError, "out must be [G, M_max, N]"),
+    GroupedBadInput("masked-a-group-stride", _M, _set(a=lambda s, d: _misaligned_groups(s["a"], d)), ValueError, "a group stride"),
+    GroupedBadInput("masked-a-misaligned", _M, _set(a=lambda s, d: _misaligned_start(s["a"], d)), ValueError, "a data pointer must be 16-byte aligned"),
+    GroupedBadInput("masked-out-row-stride", _M, _set(out=lambda s, d: _out_strided((16 * 260, 260, 1), d)), ValueError, "out row stride (260 elements)"),
+    GroupedBadInput("masked-out-group-stride", _M, _set(out=lambda s, d: _out_strided((16 * 256 + 4, 256, 1), d)), ValueError, "out group stride"),
     GroupedBadInput("masked-out-overlap", _M, _set(out=lambda s, d: torch.empty(16, 256, dtype=torch.float32, device=d).expand(4, 16, 256)), ValueError, "out's groups overlap"),
     GroupedBadInput("expected_m-negative", _M, _set(expected_m=lambda s, d: -1), ValueError, "expected_m must be >= 0"),
     GroupedBadInput("expected_m-float", _M, _set(expected_m=lambda s, d: 2.5), TypeError, "expected_m must be an int"),
