@@ -141,14 +141,18 @@ void masked_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const 
   const int64_t size = t == ScalarType::Float ? 4 : 2, ldo = out.stride(1);
   need((t == ScalarType::BFloat16 || t == ScalarType::Float) && out.is_cuda() && out.get_device_index() == device,
        "out dtype or device");
-  need(out.stride(2) == 1 && ldo >= n && (ldo * size) % 16 == 0 && (out.stride(0) * size) % 16 == 0 &&
+  need(out.stride(2) == 1 && ldo >= n && (ldo * size) % 16 == 0 && (groups == 1 || (out.stride(0) * size) % 16 == 0) &&
            aligned16(out), "out layout");
+  // One group's stride is never applied, and torch reports any value for a dim of size 1: the size of its rows
+  // instead, a multiple of 16 bytes as every stride a backend is handed (fp8gemm/launch.py group_stride).
+  const int64_t a_gs = groups == 1 ? m * a.stride(1) : a.stride(0), b_gs = groups == 1 ? n * b.stride(1) : b.stride(0);
+  const int64_t out_gs = groups == 1 ? m * ldo : out.stride(0);
   const int64_t bytes = g.entries.grouped_workspace_bytes(fp8gemm::kGroupedMasked, m, n, k, groups);
   Tensor workspace = empty(device, {std::max<int64_t>(bytes, 1)}, ScalarType::Byte);
   g.entries.grouped_launch(fp8gemm::GroupedArgs{
       address(a), address(b), address(a_scale), address(b_scale), address(out), bytes > 0 ? address(workspace) : 0,
-      address(masked_m), m, n, k, groups, a.stride(1), b.stride(1), ldo, a_lds.first, b_lds.first, a.stride(0),
-      b.stride(0), out.stride(0), a_lds.second, b_lds.second, expected_m, fp8gemm::kGroupedMasked,
+      address(masked_m), m, n, k, groups, a.stride(1), b.stride(1), ldo, a_lds.first, b_lds.first, a_gs, b_gs, out_gs,
+      a_lds.second, b_lds.second, expected_m, fp8gemm::kGroupedMasked,
       t == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
 }
 
