@@ -59,6 +59,12 @@ def test_suite_covers_the_contract():
         assert {getattr(c, flag) for c in fixed} == {True, False}, flag
     assert {c.out_dtype for c in fixed} == {torch.bfloat16, torch.float32}
     assert {c.layout for c in fixed if not c.preallocated_out} == set(conformance_grouped.LAYOUTS)
+    for m_max in conformance_grouped.ODD_M_MAX:  # one group and six, masked_m 0, partial and full
+        masked = [c for c in fixed if c.layout == "masked" and c.m_max == m_max]
+        assert {c.groups for c in masked} >= {1, 6}, m_max
+        assert {0, m_max} | ({(m_max + 1) // 2} if m_max > 1 else set()) <= {c.rows[0] for c in masked if c.groups == 1}
+    assert {c.strides for c in fixed} == set(conformance_grouped.STRIDES)
+    assert {c.layout for c in fixed if c.strides == "size1" and c.groups == 1} == set(conformance_grouped.LAYOUTS)
 
 
 def _broken(how: str):
