@@ -20,13 +20,15 @@ ratio to the bf16 row it replaces, with the most it may be.
 download) and times ``model(ids, use_cache=False, logits_to_keep=1)`` per batch x sequence: bf16; ``convert`` (the bf16
 model through ``fp8gemm.nn.convert``); ``hf-fp8``, transformers' own FP8 model (``replace_with_fp8_linear`` with
 ``FineGrainedFP8Config()``, as quantize-on-load builds it, the MoE with ``experts_implementation="fp8gemm"``) on
-``fp8gemm.hf``; and ``hf-fp8+convert``, that model after ``fp8gemm.nn.convert`` swapped its FP8 modules for
+``fp8gemm.hf``; ``hf-fp8, null kernel``, the same with a kernel that only allocates its output (transformers' own
+host path: the floor of its route); and ``hf-fp8+convert``, that model after ``fp8gemm.nn.convert`` swapped its FP8 modules for
 fp8gemm's on the same weights, whose logits must equal ``hf-fp8``'s bit for bit (checked off the null backend).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import cProfile
 import dataclasses
@@ -317,6 +319,27 @@ def transformers_fp8(model):
     return model
 
 
+@contextlib.contextmanager
+def null_fp8_linear_kernel():
+    """transformers' FP8Linear with a kernel that only allocates its output (its ``finegrained_fp8_linear``
+    replaced): what its own Python costs per call, the floor of its route. Yields whether it could be replaced."""
+    from transformers.integrations import finegrained_fp8
+
+    real = getattr(finegrained_fp8, "finegrained_fp8_linear", None)
+    if real is None:
+        yield False
+        return
+
+    def null(input, weight, *args, **kwargs):
+        return input.new_empty((*input.shape[:-1], weight.shape[0]))
+
+    finegrained_fp8.finegrained_fp8_linear = null
+    try:
+        yield True
+    finally:
+        finegrained_fp8.finegrained_fp8_linear = real
+
+
 def forward_us(model, ids, forwards: int) -> float:
     def forward():
         return model(input_ids=ids, use_cache=False, logits_to_keep=1)
@@ -341,33 +364,49 @@ def compare_models(args, device: str) -> dict:
     return results
 
 
-def compare_model(name: str, spec: dict, shapes, args, device: str) -> dict:
+def model_variants(name: str, spec: dict, args, device: str) -> tuple[dict, int]:
+    """Every variant's model, all held at once so that they are timed in turns: {variant: (model, patch)}, where
+    patch is a context manager around each of its calls; and how many modules the swap converted."""
     bf16 = build_model(name, spec, args.layers, device)
-    gen = torch.Generator().manual_seed(1)
-    inputs = {f"{b}x{s}": torch.randint(0, spec["vocab_size"], (b, s), generator=gen).to(device) for b, s in shapes}
-    entry = {"config": spec, "layers": args.layers, "us": {}, "vs_bf16": {},
-             "bf16_experts_implementation": getattr(bf16.config, "_experts_implementation", None)}  # fmt: skip
-    logits = {}
-    print(f"  {'model':10s} {'us/forward':15s}" + "".join(f"{k:>10s}" for k in inputs))
-
-    def timed(variant, model):
-        with getattr(torch, args.mode)():
-            logits[variant] = model(input_ids=inputs[next(iter(inputs))], use_cache=False).logits
-            times = entry["us"][variant] = {key: forward_us(model, ids, args.forwards) for key, ids in inputs.items()}
-        ratios = entry["vs_bf16"][variant] = {key: entry["us"]["bf16"][key] / t for key, t in times.items()}
-        print(f"  {name:10s} {variant:15s}" + "".join(f"{t:10.0f}" for t in times.values())
-              + "   vs bf16: " + " ".join(f"{r:.2f}x" for r in ratios.values()), flush=True)  # fmt: skip
-
-    timed("bf16", bf16)
     converted = copy.deepcopy(bf16)
     fp8gemm.nn.convert(converted)
-    timed("convert", converted)
-    del converted
     hf_model = transformers_fp8(copy.deepcopy(bf16))
-    del bf16
-    timed("hf-fp8", hf_model)
-    entry["swapped"] = len(fp8gemm.nn.convert(hf_model).converted)
-    timed("hf-fp8+convert", hf_model)
+    swapped = copy.deepcopy(hf_model)
+    count = len(fp8gemm.nn.convert(swapped).converted)
+    variants = {"bf16": (bf16, contextlib.nullcontext), "convert": (converted, contextlib.nullcontext),
+                "hf-fp8": (hf_model, contextlib.nullcontext)}  # fmt: skip
+    with null_fp8_linear_kernel() as patched:
+        if patched and not args.null:  # transformers' own host path: the most its route can reach
+            variants["hf-fp8, null kernel"] = (hf_model, null_fp8_linear_kernel)
+    variants["hf-fp8+convert"] = (swapped, contextlib.nullcontext)
+    return variants, count
+
+
+def compare_model(name: str, spec: dict, shapes, args, device: str) -> dict:
+    """Each variant timed per batch in turns, the order rotated each round (a host drifts over minutes: one variant
+    after another measured the same modules up to 1.3x apart), the best of the rounds kept."""
+    variants, swapped = model_variants(name, spec, args, device)
+    bf16 = variants["bf16"][0]
+    gen = torch.Generator().manual_seed(1)
+    inputs = {f"{b}x{s}": torch.randint(0, spec["vocab_size"], (b, s), generator=gen).to(device) for b, s in shapes}
+    entry = {"config": spec, "layers": args.layers, "us": {v: {} for v in variants}, "vs_bf16": {}, "swapped": swapped,
+             "rounds": args.rounds, "bf16_experts_implementation": getattr(bf16.config, "_experts_implementation", None)}  # fmt: skip
+    order = list(variants)
+    with getattr(torch, args.mode)():
+        logits = {v: model(input_ids=inputs[next(iter(inputs))], use_cache=False).logits for v, (model, _) in
+                  variants.items() if v != "hf-fp8, null kernel"}  # fmt: skip
+        for key, ids in inputs.items():
+            for turn in range(args.rounds):
+                for variant in order[turn % len(order) :] + order[: turn % len(order)]:
+                    model, patch = variants[variant]
+                    with patch():
+                        t = forward_us(model, ids, args.forwards)
+                    entry["us"][variant][key] = min(entry["us"][variant].get(key, t), t)
+    print(f"  {'model':10s} {'us/forward':20s}" + "".join(f"{k:>10s}" for k in inputs))
+    for variant, times in entry["us"].items():
+        ratios = entry["vs_bf16"][variant] = {key: entry["us"]["bf16"][key] / t for key, t in times.items()}
+        print(f"  {name:10s} {variant:20s}" + "".join(f"{t:10.0f}" for t in times.values())
+              + "   vs bf16: " + " ".join(f"{r:.2f}x" for r in ratios.values()), flush=True)  # fmt: skip
     if not args.null:  # the null backend writes nothing: its outputs are not numbers
         entry["swap_logits_equal"] = bool(torch.equal(logits["hf-fp8"], logits["hf-fp8+convert"]))
         print(f"  {name}: hf-fp8+convert's logits equal hf-fp8's bit for bit: {entry['swap_logits_equal']}")
@@ -392,6 +431,9 @@ def parse(argv):
     p.add_argument("--layers", type=int, help="--models: decoder layers (default 4; --tiny 2)")
     p.add_argument("--batches", help=f"--models: BxS,... (default {BATCHES}; --tiny {TINY_BATCHES})")
     p.add_argument("--forwards", type=int, default=10, help="--models: forwards per timed loop (default %(default)s)")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="--models: turns of every variant per batch (default %(default)s)"
+    )
     p.add_argument("--json", type=Path, help="write the numbers, with the device, versions and date, to this file")
     args = p.parse_args(argv)
     args.shape = args.shape or ("1,256,256" if args.null else "8,4096,4096")

@@ -238,6 +238,24 @@ def test_torch_compile_fullgraph_traces_one_op(compiler, fresh_dynamo):
         assert sum(node.target is torch.ops.fp8gemm.fused_experts for node in graph.graph.nodes) == 1
 
 
+def test_the_compiled_op_body_takes_the_native_op_first(monkeypatch):
+    """torch.ops.fp8gemm.fused_experts, what a compiled graph calls, runs the backend's native op as an eager call
+    does (its result returned as is): compiled code pays one C++ call, not the Python pipeline."""
+    x, ids, weights, w13, s13, w2, s2 = _small()
+    marker = torch.full((10, 256), 7.0, dtype=x.dtype)
+    calls = []
+
+    class Native:
+        def fused_experts(self, *args):
+            calls.append(len(args))
+            return marker
+
+    monkeypatch.setattr(moe, "native_experts", lambda *args: Native())
+    with torch.no_grad():
+        assert torch.ops.fp8gemm.fused_experts(x, ids, weights, w13, s13, w2, s2, "silu", False, "", "") is marker
+    assert calls == [8]
+
+
 def test_fake_implementation_shapes_and_trace_time_errors():
     from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -64,6 +64,19 @@ def test_forward_with_power_of_two_scales(device):
     assert conformance.relative_error(layer(x), expected_output(layer, x)) < BF16_BOUND
 
 
+def test_a_weight_made_a_parameter_is_still_read(device):
+    """forward reads the FP8 buffers from their dict; a weight re-registered as a Parameter (or a tensor attribute)
+    since is found where it is, with the same result."""
+    layer = Fp8Linear.from_linear(_linear(256, 128, device, seed=12))
+    x = torch.randn(3, 256, dtype=torch.bfloat16, device=device)
+    with torch.no_grad():
+        want = layer(x)
+        layer.weight = nn.Parameter(layer.weight.detach(), requires_grad=False)
+        assert "weight" not in layer._buffers and "weight" in layer._parameters
+        assert torch.equal(layer(x), want)
+    assert conformance.relative_error(want, expected_output(layer, x)) < BF16_BOUND
+
+
 def test_from_linear_quantizes_like_quantize_weight():
     linear = _linear(256, 320, "cpu", seed=2)
     for pow2 in (False, True):

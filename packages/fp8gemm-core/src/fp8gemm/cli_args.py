@@ -4,7 +4,6 @@ other packages add (``fp8gemm.commands`` entry points, cli.py) use the same."""
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
 
@@ -78,7 +77,7 @@ def count_argument(least: int):
 def requested_backend(args) -> str | None:
     """``--backend``, else ``$FP8GEMM_BACKEND``, else None (the best fit); a name that is not installed is a
     UsageError that lists the names there are."""
-    name = args.backend or os.environ.get(registry.ENV_VAR) or None
+    name = args.backend or registry.env_backend()
     if name is None or name == "reference":
         return name
     installed = [ib.name for ib in registry.installed_backends()]

@@ -170,8 +170,8 @@ def run_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, a
 def _fused_experts_op(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w13: torch.Tensor,
                       w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor, activation: str,
                       pow2_scales: bool, layout: str, backend: str) -> torch.Tensor:  # fmt: skip
-    return run_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2_scales,
-                             layout or None, backend or None)  # fmt: skip
+    return eager_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2_scales,
+                               layout or None, backend or None)  # fmt: skip
 
 
 @_fused_experts_op.register_fake
@@ -221,12 +221,19 @@ def fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, *, ac
     if torch.compiler.is_compiling():
         return _ops.fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2_scales,
                                   layout or "", backend or "")  # fmt: skip
-    # The backend's native op where it takes the call (the step kernels' pipeline in one C++ call), else the planner.
+    return eager_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2_scales,
+                               layout, backend)  # fmt: skip
+
+
+def eager_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation: str, pow2: bool,
+                        layout: str | None, backend: str | None) -> torch.Tensor:  # fmt: skip
+    """One call, eager or in a compiled graph's op: the backend's native op where it takes the call (the step
+    kernels' pipeline in one C++ call), else the planner."""
     native = native_experts(x, w13, activation, layout, backend)
     if native is not None:
         try:
-            return native.fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, pow2_scales)
+            return native.fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, pow2)
         except RuntimeError as error:
             reraise_unless_miss(error)
-    return run_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2_scales,
-                             layout, backend)  # fmt: skip
+    return run_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, activation, pow2, layout,
+                             backend)  # fmt: skip

@@ -9,7 +9,6 @@ the core reaches into another module's private helpers.
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import NamedTuple
 
 import torch
@@ -152,7 +151,7 @@ def out_kind(dtype: torch.dtype) -> int:
 
 def requested_backend(name: str | None) -> str | None:
     """``backend=`` as the caller passed it, else ``$FP8GEMM_BACKEND``, else None (the best fit)."""
-    return name or os.environ.get(registry.ENV_VAR) or None
+    return name or registry.env_backend()
 
 
 # --- the torch.library ops ------------------------------------------------------------------------------------
