@@ -122,6 +122,21 @@ def test_masked_grouped_gemm_gives_the_planned_paths_bits(backend, groups, m_max
 
 
 @pytest.mark.parametrize("backend", NATIVE)
+@pytest.mark.parametrize("groups", [1, 3])
+def test_masked_grouped_gemm_of_one_row_per_group_takes_any_row_stride(backend, groups):
+    """M_max = 1: the row stride torch reports for a dim of size 1 is never stepped over; the native op takes a and out
+    with row stride 1 (one row of a transpose) and gives the planned path's bits for contiguous operands."""
+    a, b, a_scale, b_scale, masked_m = masked_case(groups, 1, 256, 512, backend, 40 + groups)
+    masked_m.fill_(1)
+    planned = fp8gemm.grouped_gemm_masked(a, b, a_scale, b_scale, masked_m, backend=backend)
+    odd_a = a.as_strided(a.shape, (a.stride(0), 1, 1))
+    out = torch.full_like(planned, float("nan"))
+    odd_out = out.as_strided(out.shape, (out.stride(0), 1, 1))
+    native_of(backend).grouped_gemm_masked_out(odd_a, b, a_scale, b_scale, masked_m, 1, odd_out)  # no miss raised
+    assert torch.equal(out, planned)
+
+
+@pytest.mark.parametrize("backend", NATIVE)
 def test_masked_grouped_gemm_off_the_native_path(backend):
     a, b, a_scale, b_scale, masked_m = masked_case(2, 16, 256, 512, backend, 7)
     planned = fp8gemm.grouped_gemm_masked(a, b, a_scale, b_scale, masked_m, backend=backend)

@@ -210,7 +210,8 @@ def test_cpu_tensors_use_the_reference_without_any_backend():
 @pytest.mark.parametrize("backend", ["hopper", "hopper_generic"])
 @pytest.mark.parametrize("case", [conformance.Case(37, 272, 640, col_major_scales=True),
                                   conformance.Case(130, 144, 384, torch.float32, strided=True),
-                                  conformance.Case(1, 16, 128, preallocated_out=False)], ids=lambda c: c.id)  # fmt: skip
+                                  conformance.Case(1, 16, 128, preallocated_out=False),
+                                  conformance.Case(1, 272, 640, view="transposed-row")], ids=lambda c: c.id)  # fmt: skip
 def test_launch_protocol_through_raw_pointers(fake_site, fake_gpu, case, backend):
     """The core's pointers, strides and scale layouts, read back by a backend, give the right answer."""
     fake_gpu(H100)
@@ -219,6 +220,8 @@ def test_launch_protocol_through_raw_pointers(fake_site, fake_gpu, case, backend
     call = importlib.import_module("fake_backends").CALLS[-1]
     assert call["name"] == backend and (call["m"], call["n"], call["k"]) == (case.m, case.n, case.k)
     assert call["ws"] != 0  # the backend asked for workspace and got a pointer
+    if case.m == 1:  # one row's stride, never stepped over, is handed as the row length (a tensor map's rule)
+        assert (call["lda"], call["ldo"]) == (case.k, case.n)
     if backend == "hopper":  # MN-major scales with leading dims padded to 4
         assert call["sa_ld"] % 4 == 0 and call["sa_ld"] >= case.m
         assert call["sb_ld"] % 4 == 0

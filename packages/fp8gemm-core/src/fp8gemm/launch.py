@@ -31,7 +31,7 @@ def run_gemm(plan: GemmPlan, a, b, out) -> torch.Tensor:
     if out is None:
         out, ldo = torch.empty((m, n), dtype=out_dtype, device=a.device), n
     else:
-        ldo = out.stride(0)
+        ldo = runtime.row_stride(out)
     if not m:
         return out
     if backend is REFERENCE:
@@ -55,8 +55,9 @@ def run_wgrad(plan: WgradPlan, a, b, out, accumulate: bool = False) -> torch.Ten
         out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     stream = runtime.raw_stream(dev)
     workspace = runtime.scratch(backend.wgrad_workspace_bytes(m, n, k), out.device, stream)
+    ldo = runtime.row_stride(out)
     address = _pack_wgrad(a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(),
-                          workspace, m, n, k, lda, ldb, out.stride(0), a_scale_ld, b_scale_ld, int(accumulate),
+                          workspace, m, n, k, lda, ldb, ldo, a_scale_ld, b_scale_ld, int(accumulate),
                           runtime.out_kind(out.dtype), stream)  # fmt: skip
     if elsewhere:
         runtime.call_on_device(backend.wgrad_launch, address, dev)
@@ -70,8 +71,8 @@ def launch_gemm(backend, a, b, a_scale, b_scale, out) -> None:
     device: what an in-process A/B of builds times (ci/gpu/inprocess_ab.py)."""
     (m, k), n = a.shape, b.shape[0]
     a_scale_ld, b_scale_ld = layout_ld(a_scale, backend.a_scale_layout), layout_ld(b_scale, backend.b_scale_layout)
-    plan = GemmPlan(backend, m, n, k, a.stride(0), b.stride(0), a_scale, a_scale_ld, b_scale, b_scale_ld, out.dtype,
-                    runtime.device_index(a), False)  # fmt: skip
+    lda, dev = runtime.row_stride(a), runtime.device_index(a)
+    plan = GemmPlan(backend, m, n, k, lda, b.stride(0), a_scale, a_scale_ld, b_scale, b_scale_ld, out.dtype, dev, False)
     run_gemm(plan, a, b, out)
 
 
@@ -141,11 +142,12 @@ def run_grouped(plan: GroupedPlan, a, b, group_rows, out, expected_m: int = 0) -
     group_rows = group_rows.contiguous()  # a device-side copy at most: kernels read it as a plain int32 array
     stream = runtime.raw_stream(dev)
     workspace = runtime.scratch(backend.grouped_workspace_bytes(layout, m, n, k, groups), out.device, stream)
-    lda, ldo = row_stride(a), row_stride(out)
+    lda, ldo = runtime.row_stride(a), runtime.row_stride(out)
     address = _pack_grouped(
         a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(), workspace,
         group_rows.data_ptr(), m, n, k, groups, lda, b.stride(1), ldo, a_scale_ld, b_scale_ld,
-        group_stride(a, lda) if masked else 0, group_stride(b, b.stride(1)), group_stride(out, ldo) if masked else 0,
+        runtime.group_stride(a, lda) if masked else 0, runtime.group_stride(b, b.stride(1)),
+        runtime.group_stride(out, ldo) if masked else 0,
         a_scale_group_stride, b_scale_group_stride, expected_m, layout, runtime.out_kind(out.dtype), stream,
     )  # fmt: skip
     if elsewhere:
@@ -153,17 +155,3 @@ def run_grouped(plan: GroupedPlan, a, b, group_rows, out, expected_m: int = 0) -
     else:
         backend.grouped_launch(address)
     return out
-
-
-def row_stride(t: torch.Tensor) -> int:
-    """The row stride (elements) of ``t`` [..., rows, cols] a kernel is handed. One row is never stepped over, and
-    torch reports any stride for a dim of size 1 (0, 1, the row length...): then the row length itself, a multiple
-    of 16 bytes for every operand the grouped checks pass (FP8 K a multiple of 128, N a multiple of 16)."""
-    return t.stride(-2) if t.shape[-2] > 1 else t.shape[-1]
-
-
-def group_stride(t: torch.Tensor, ld: int) -> int:
-    """The group stride (elements) of a 3-D ``t`` [G, rows, cols] with row stride ``ld``: as :func:`row_stride`,
-    one group's (never applied) is the size of its rows, so that every stride a backend gets is a multiple of 16
-    bytes (a tensor map refuses any other, applied or not)."""
-    return t.stride(0) if t.shape[0] > 1 else t.shape[1] * ld

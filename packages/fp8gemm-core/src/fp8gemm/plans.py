@@ -179,7 +179,7 @@ def checked_gemm_plan(
         return GemmPlan(backend, m, n, k, 0, 0, a_scale, 0, b_scale, 0, dtype, -1, False)
     a_scale, a_scale_ld = conform_scale(a_scale, backend.a_scale_layout)
     b_scale, b_scale_ld = conform_scale(b_scale, backend.b_scale_layout)
-    lds, dev = (a.stride(0), b.stride(0)), runtime.device_index(a)
+    lds, dev = (runtime.row_stride(a), b.stride(0)), runtime.device_index(a)
     switch = runtime.switch_needed(dev)
     return GemmPlan(backend, m, n, k, *lds, a_scale, a_scale_ld, b_scale, b_scale_ld, dtype, dev, switch)
 
@@ -192,7 +192,7 @@ def _wgrad_plan(backend, a, b, a_scale, b_scale, out_dtype) -> WgradPlan:
     b_scale, b_scale_ld = conform_scale(b_scale, backend.wgrad_b_scale_layout)
     dev = runtime.device_index(a)
     switch = runtime.switch_needed(dev)
-    lds = (a.stride(0), b.stride(0))
+    lds = (runtime.row_stride(a), runtime.row_stride(b))
     return WgradPlan(backend, m, n, k, *lds, a_scale, a_scale_ld, b_scale, b_scale_ld, out_dtype, dev, switch)
 
 

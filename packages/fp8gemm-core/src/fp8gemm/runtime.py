@@ -258,6 +258,20 @@ def empty_scale(m: int, kb: int, layout: ScaleLayout | None, device) -> tuple[to
     return torch.empty_strided((m, kb), (1, ld), dtype=torch.float32, device=device), ld
 
 
+def row_stride(t: torch.Tensor) -> int:
+    """The row stride (elements) of ``t`` [..., rows, cols] a kernel is handed. One row is never stepped over, and
+    torch reports any stride for a dim of size 1 (0, 1, the row length...): then the row length itself, a multiple
+    of 16 bytes for every operand the grouped checks pass (FP8 K a multiple of 128, N a multiple of 16)."""
+    return t.stride(-2) if t.shape[-2] > 1 else t.shape[-1]
+
+
+def group_stride(t: torch.Tensor, ld: int) -> int:
+    """The group stride (elements) of a 3-D ``t`` [G, rows, cols] with row stride ``ld``: as :func:`row_stride`,
+    one group's (never applied) is the size of its rows, so that every stride a backend gets is a multiple of 16
+    bytes (a tensor map refuses any other, applied or not)."""
+    return t.stride(0) if t.shape[0] > 1 else t.shape[1] * ld
+
+
 def kernel_rows(x2d: torch.Tensor) -> torch.Tensor:
     """``x2d`` if a kernel can read it in place (unit column stride, 16-byte aligned rows), else a contiguous copy."""
     size = x2d.element_size()

@@ -120,11 +120,18 @@ inline std::pair<Tensor, int64_t> empty_a_scale(int32_t device, int64_t m, int64
   return {Tensor(view), ld};
 }
 
+// The row stride (elements) of t [.., rows, cols] a kernel is handed: one row's, never stepped over and any value
+// torch reports for a dim of size 1, is the row length (fp8gemm/runtime.py row_stride).
+inline int64_t row_stride(const Tensor& t) {
+  const int64_t d = t.dim();
+  return t.size(d - 2) > 1 ? t.stride(d - 2) : t.size(d - 1);
+}
+
 // FP8 rows [.., rows, cols] (a weight, or one per group): contiguous along cols, rows and groups 16 bytes apart.
 inline void need_fp8_rows(const Tensor& t, int32_t device, const char* what) {
   need_on(t, device, g.fp8, what);
-  const int64_t d = t.dim();
-  need(t.stride(d - 1) == 1 && t.stride(d - 2) >= t.size(d - 1) && t.stride(d - 2) % 16 == 0 && aligned16(t), what);
+  const int64_t d = t.dim(), ld = row_stride(t);
+  need(t.stride(d - 1) == 1 && ld >= t.size(d - 1) && ld % 16 == 0 && aligned16(t), what);
   need(d == 2 || t.size(0) == 1 || t.stride(0) % 16 == 0, what);
 }
 

@@ -77,11 +77,11 @@ MoeWorkspace moe_workspace(const MoeSizes& s, int64_t y_size) {
 void grouped_rows(uintptr_t a, const Tensor& b, uintptr_t a_scale, int64_t a_ld, const Tensor& b_scale,
                   std::pair<int64_t, int64_t> b_lds, uintptr_t offs, uintptr_t out, int64_t rows, int out_kind,
                   uintptr_t workspace, uintptr_t stream) {
-  const int64_t n = b.size(1), k = b.size(2), ldo = n;
+  const int64_t n = b.size(1), k = b.size(2), ldo = n, ldb = row_stride(b);
+  const int64_t b_gs = b.size(0) > 1 ? b.stride(0) : n * ldb;  // one expert's stride: its size (launch.py group_stride)
   g.entries.grouped_launch(fp8gemm::GroupedArgs{a, address(b), a_scale, address(b_scale), out, workspace, offs, rows,
-                                                n, k, b.size(0), k, b.stride(1), ldo, a_ld, b_lds.first, 0,
-                                                b.stride(0), 0, 0, b_lds.second, 0, fp8gemm::kGroupedContiguous,
-                                                out_kind, stream});
+                                                n, k, b.size(0), k, ldb, ldo, a_ld, b_lds.first, 0, b_gs, 0, 0,
+                                                b_lds.second, 0, fp8gemm::kGroupedContiguous, out_kind, stream});
 }
 
 // out[t] = sum_j topk_weights[t, j] * down_e(silu(gate_e(x[t])) * up_e(x[t])), e = topk_ids[t, j]: route +
@@ -138,20 +138,21 @@ void masked_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const 
   need(masked_m.is_cuda() && masked_m.get_device_index() == device && masked_m.scalar_type() == ScalarType::Int &&
            masked_m.dim() == 1 && masked_m.size(0) == groups && masked_m.is_contiguous(), "masked_m");
   const ScalarType t = out.scalar_type();
-  const int64_t size = t == ScalarType::Float ? 4 : 2, ldo = out.stride(1);
+  const int64_t size = t == ScalarType::Float ? 4 : 2, ldo = row_stride(out);
   need((t == ScalarType::BFloat16 || t == ScalarType::Float) && out.is_cuda() && out.get_device_index() == device,
        "out dtype or device");
   need(out.stride(2) == 1 && ldo >= n && (ldo * size) % 16 == 0 && (groups == 1 || (out.stride(0) * size) % 16 == 0) &&
            aligned16(out), "out layout");
   // One group's stride is never applied, and torch reports any value for a dim of size 1: the size of its rows
   // instead, a multiple of 16 bytes as every stride a backend is handed (fp8gemm/launch.py group_stride).
-  const int64_t a_gs = groups == 1 ? m * a.stride(1) : a.stride(0), b_gs = groups == 1 ? n * b.stride(1) : b.stride(0);
+  const int64_t lda = row_stride(a), ldb = row_stride(b);
+  const int64_t a_gs = groups == 1 ? m * lda : a.stride(0), b_gs = groups == 1 ? n * ldb : b.stride(0);
   const int64_t out_gs = groups == 1 ? m * ldo : out.stride(0);
   const int64_t bytes = g.entries.grouped_workspace_bytes(fp8gemm::kGroupedMasked, m, n, k, groups);
   Tensor workspace = empty(device, {std::max<int64_t>(bytes, 1)}, ScalarType::Byte);
   g.entries.grouped_launch(fp8gemm::GroupedArgs{
       address(a), address(b), address(a_scale), address(b_scale), address(out), bytes > 0 ? address(workspace) : 0,
-      address(masked_m), m, n, k, groups, a.stride(1), b.stride(1), ldo, a_lds.first, b_lds.first, a_gs, b_gs, out_gs,
+      address(masked_m), m, n, k, groups, lda, ldb, ldo, a_lds.first, b_lds.first, a_gs, b_gs, out_gs,
       a_lds.second, b_lds.second, expected_m, fp8gemm::kGroupedMasked,
       t == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
 }

@@ -80,7 +80,10 @@ VIEW_CASES = [
     Case(7, 48, 256, view="rows"), Case(64, 2112, 2304, col_major_scales=True, view="rows"),
     Case(129, 1040, 640, view="columns"), Case(300, 528, 2304, torch.float32, col_major_scales=True, view="columns"),
     Case(2, 256, 1152, col_major_scales=True, preallocated_out=False, view="one-row"),
+    Case(1, 272, 640, view="transposed-row"), Case(1, 64, 256, torch.float32, view="transposed-row"),
 ]  # fmt: skip
+# "transposed-row": a and out are one row of a transposed column ([K, 1].t()): torch reports row stride 1 there, a
+# stride never stepped over, which a kernel must not be handed
 
 
 def cases(device: torch.device | str, n_random: int = 6, seed: int | None = None) -> list[Case]:
@@ -110,6 +113,13 @@ def _rows_with_stride(t: torch.Tensor, extra: int) -> torch.Tensor:
     return wide[:, : t.shape[1]]
 
 
+def _transposed_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` [rows, cols] as the transpose of a [cols, rows] tensor: one row then has row stride 1."""
+    column = torch.empty(t.shape[1], t.shape[0], dtype=t.dtype, device=t.device)
+    column.t().copy_(t)
+    return column.t()
+
+
 def carve(t: torch.Tensor, row_offset: int, col_offset: int, col_major: bool = False) -> torch.Tensor:
     """``t`` copied into a NaN-filled buffer with room around it, returned as the view at (row_offset, col_offset).
     FP8 operands keep rows of whole 16 bytes (the contract's); scales get odd strides and starts."""
@@ -125,6 +135,8 @@ def carve(t: torch.Tensor, row_offset: int, col_offset: int, col_major: bool = F
 def _as_view(case: Case, a, b, a_scale, b_scale):
     """The operands as ``case.view`` slices of larger buffers; b's rows move by whole 128-row blocks."""
     col_major = case.col_major_scales
+    if case.view == "transposed-row":
+        return _transposed_rows(a), b, a_scale, b_scale
     if case.view in ("rows", "one-row"):
         offset = 5 if case.view == "rows" else 3
         return (
@@ -180,7 +192,8 @@ def _run_case(case: Case, device, fp8_dtype: torch.dtype, backend: str | None, g
     a, b, a_scale, b_scale = make_inputs(case, fp8_dtype, device, gen)
     try:
         if case.preallocated_out:
-            out = _rows_with_stride(torch.empty(case.m, case.n, dtype=case.out_dtype, device=device), 16 * case.strided)
+            out = torch.empty(case.m, case.n, dtype=case.out_dtype, device=device)
+            out = _transposed_rows(out) if case.view == "transposed-row" else _rows_with_stride(out, 16 * case.strided)
             out.fill_(math.nan)  # poison: an element the kernel skips stays NaN and fails the check
             result = gemm(a, b, a_scale, b_scale, out=out, backend=backend)
             if result.data_ptr() != out.data_ptr():

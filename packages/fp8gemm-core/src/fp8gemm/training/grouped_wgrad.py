@@ -145,7 +145,7 @@ def _launch(backend, a_t, b_t, a_scale_t, b_scale_t, offs, out: torch.Tensor, ac
     no copy for those of quantize_grouped_with_transpose)."""
     a_scale, a_ld = conform_scale(a_scale_t, backend.a_scale_layout)
     b_scale, b_ld = conform_scale(b_scale_t, backend.wgrad_b_scale_layout)
-    offs = offs.to(torch.int32).contiguous()
+    offs = offs.contiguous()  # int32, checked by the caller
     dev = runtime.device_index(a_t)
     (n, cols), k = a_t.shape, b_t.shape[0]
     address = KGROUPED_WGRAD_ARGS.pack(a_t.data_ptr(), b_t.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(),
