@@ -1,6 +1,6 @@
-"""``fp8gemm bench --train-run`` and ``--train-fsdp`` on the CPU: the model, its conversion, the standard library's
-bytes as its text, the optimizer, and each run end to end in its smoke mode with its report's fields. No timing is
-asserted."""
+"""``fp8gemm bench --train-run`` (with ``--moe``) and ``--train-fsdp`` on the CPU: the models, their conversion, the
+standard library's bytes as its text, the optimizer, and each run end to end in its smoke mode with its report's
+fields. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from fp8gemm.cli import main
-from fp8gemm.nn import Fp8TrainingLinear, convert
-from fp8gemm_bench import train_bench, train_fsdp, train_model, train_run
+from fp8gemm.nn import Fp8TrainingExperts, Fp8TrainingLinear, convert
+from fp8gemm_bench import train_bench, train_fsdp, train_model, train_moe_run, train_run
 from torch import nn
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*pure-torch reference")
@@ -119,6 +119,75 @@ def test_the_throughput_smoke_run(tmp_path):
     for run in report["runs"].values():
         assert len(run["step_seconds"]) == train_run.SMOKE_THROUGHPUT["steps"] and run["tokens_per_s"] > 0
     assert report["summary"]["tokens_per_s_ratio"] > 0 and report["summary"]["target_tokens_per_s_ratio"] == 1.25
+
+
+def test_the_moe_models_sizes_and_weights():
+    big = train_moe_run.MOE
+    assert big.layers >= 4 and (big.hidden, big.heads, big.head_dim, big.kv_heads) == (512, 4, 128, 2)
+    assert (big.experts, big.experts_per_token, big.moe_intermediate, big.vocab) == (16, 4, 256, 256)
+    assert big.max_positions >= train_moe_run.SEQ
+    config = big.transformers_config()
+    assert config.decoder_sparse_step == 1 and config.mlp_only_layers == [] and config.norm_topk_prob
+    assert not config.tie_word_embeddings and not config.output_router_logits
+    small = train_moe_run.SMOKE
+    model = train_moe_run.build_model(small, seed=0, device="cpu")
+    assert sum(p.numel() for p in model.parameters()) == small.parameters() > small.active_parameters()
+    again = train_moe_run.build_model(small, seed=0, device="cpu")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True))
+
+
+def test_the_moe_convergence_smoke_run(tmp_path):
+    js, png = tmp_path / "moe.json", tmp_path / "moe.png"
+    argv = ["bench", "--train-run", "--moe", "--smoke", "--device", "cpu", "--json", str(js), "--plot", str(png)]
+    assert main(argv) == 0
+    report = json.loads(js.read_text())
+    assert report["kind"] == "convergence" and png.read_bytes()[:4] == b"\x89PNG"
+    assert (
+        report["model"]["architecture"] == "Qwen3MoeForCausalLM"
+        and report["targets"]["final_loss_ratio_within"] == 0.01
+    )
+    assert report["router"]["aux_loss"] is False and report["training"]["time_budget_s"] == train_moe_run.TIME_BUDGET
+    steps, layers = train_run.SMOKE_RUN["steps"], train_moe_run.SMOKE.layers
+    assert set(report["runs"]) == set(train_run.MODES)
+    for run in report["runs"].values():
+        assert len(run["losses"]) == run["steps"] == steps and run["stopped_early_at"] is None
+        assert all(math.isfinite(v) for v in run["losses"]) and math.isfinite(run["eval_loss"])
+        assert len(run["expert_share"]) == layers and all(
+            sum(s) == pytest.approx(1, abs=1e-3) for s in run["expert_share"]
+        )
+    assert report["runs"][train_run.BF16]["experts_module"].startswith("Qwen3MoeExperts")
+    assert report["runs"][train_run.FP8]["experts_module"] == "Fp8TrainingExperts"
+    conversion = report["runs"][train_run.FP8]["conversion"]
+    assert conversion["fp8_training_experts"] == layers > 0 and conversion["fp8_training_linear_layers"] == 4 * layers
+    assert conversion["converted_count"] == len(conversion["converted"]) == 5 * layers
+    assert set(conversion["skipped"]) == {"lm.lm_head"} and conversion["kept_count"] == 1
+    assert len(conversion["routers_kept_bf16"]) == layers
+    s = report["summary"]
+    assert s["compared_steps"] == steps and abs(s["final_loss_ratio"] - 1) < 0.02
+    assert {"eval_loss", "peak_memory_ratio", "tokens_per_s_ratio", "final_loss_within_1pct"} <= s.keys()
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--train-run", "--moe", "--throughput", "--smoke"], "--throughput times the dense model"),
+        (["--train-run", "--moe", "--train-fsdp", "--smoke"], "separate benchmarks"),
+        (["--train-run", "--moe"], "add --smoke to run the harness"),
+    ],
+)
+def test_moe_run_mistakes_exit_2_with_the_fix(capsys, argv, words):
+    assert main(["bench", "--device", "cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_the_converted_moe_model_holds_fp8_training_experts():
+    model, conversion = train_moe_run.prepare_model(train_run.FP8, train_moe_run.SMOKE, seed=0, device="cpu")
+    experts = [m for m in model.modules() if isinstance(m, Fp8TrainingExperts)]
+    assert len(experts) == conversion["fp8_training_experts"] == train_moe_run.SMOKE.layers
+    tokens = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(0))
+    train_model.loss_fn(model, tokens, tokens).backward()
+    assert all(e.gate_up_proj.grad is not None and e.down_proj.grad is not None for e in experts)
 
 
 def test_a_run_past_its_time_budget_stops_and_says_so():

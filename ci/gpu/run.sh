@@ -16,7 +16,8 @@
 #   bench-grouped  fp8gemm bench --grouped        -> grouped.json, grouped.png, grouped.txt
 #   bench-moe      fp8gemm bench --moe            -> moe.json, moe.png, moe.txt
 #   bench-train    fp8gemm bench --train          -> train.json, train.png, train.txt
-#   train-run      fp8gemm bench --train-run, then --throughput -> train_run.*, train_tput.*
+#   train-run      fp8gemm bench --train-run, then --throughput -> train_run.*, train_tput.*; TRAIN_RUN=moe:
+#                  fp8gemm bench --train-run --moe instead (a byte-level Qwen3-MoE) -> train_run_moe.*
 #   train-fsdp     fp8gemm bench --train-fsdp (two GPUs) -> train_fsdp.*
 #   models         python3 -m fp8gemm_bench.models on whole transformers models (the Hub layout in /tmp/hub first)
 #   host           python3 ci/host_overhead.py, per call and whole models in eager (`kernels` from .whl/ for
@@ -27,7 +28,8 @@
 # Environment: OUT (/tmp/out); TIMEOUT_<STEP> seconds (TIMEOUT_BENCH_LAYER=300); BENCH_ARGS, more options of the
 # bench-* steps (--quick, --decode); MODELS_ARGS, of models; RESUME_FROM=DIR: a bench-* step continues DIR/<name>.json
 # (a report cut short; one already in $OUT is continued too); SANITIZE_BACKENDS (default: every backend built here);
-# AB_ROUNDS (3); HUB_ARCHES (default: the shipped arch builds of this GPU, in one library).
+# TRAIN_RUN, the train-run step's runs: dense (default), moe, or "dense moe"; AB_ROUNDS (3); HUB_ARCHES (default: the
+# shipped arch builds of this GPU, in one library).
 set -uo pipefail  # no -e: a failed step is reported and the next runs; SC2086/SC2046: word lists split on purpose
 cd "$(dirname "$0")/../.." || exit 1
 STEPS=" build peers tests check sanitize bench-gemm bench-layer bench-grouped bench-moe bench-train train-run train-fsdp models host hub ab "
@@ -151,11 +153,22 @@ models() {
     python3 -m fp8gemm_bench.models --out "$OUT" $hub ${MODELS_ARGS:-}
 }
 
-train_run() {  # the convergence run on the standard library's source, then the throughput of a Llama-3-8B-shaped model
-  logged train_run.txt 20 timeout "$(seconds train-run 540)" fp8gemm bench --train-run --json "$OUT/train_run.json" \
-    --plot "$OUT/train_run.png"
-  logged train_tput.txt 10 timeout "$(seconds train-tput 300)" fp8gemm bench --train-run --throughput \
-    --json "$OUT/train_tput.json" --plot "$OUT/train_tput.png"
+train_run() {  # dense: the convergence run on the standard library's source, then the throughput of a Llama-3-8B-shaped
+  # model; moe: the convergence run of a byte-level Qwen3-MoE
+  local runs=" ${TRAIN_RUN:-dense} "
+  if ! [[ $runs =~ ^( (dense|moe))+\ $ ]]; then
+    echo "train-run: TRAIN_RUN='${TRAIN_RUN:-}': dense, moe or \"dense moe\""; failed+=(train-run); return
+  fi
+  if [[ $runs == *" dense "* ]]; then
+    logged train_run.txt 20 timeout "$(seconds train-run 540)" fp8gemm bench --train-run --json "$OUT/train_run.json" \
+      --plot "$OUT/train_run.png"
+    logged train_tput.txt 10 timeout "$(seconds train-tput 300)" fp8gemm bench --train-run --throughput \
+      --json "$OUT/train_tput.json" --plot "$OUT/train_tput.png"
+  fi
+  if [[ $runs == *" moe "* ]]; then
+    logged train_run_moe.txt 20 timeout "$(seconds train-run-moe 420)" fp8gemm bench --train-run --moe \
+      --json "$OUT/train_run_moe.json" --plot "$OUT/train_run_moe.png"
+  fi
 }
 
 host() {  # per call, then whole models; transformers' rows need `kernels` (its wheels in .whl/, as peers installs them)

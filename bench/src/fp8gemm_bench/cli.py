@@ -27,6 +27,7 @@ from . import (
     train_bench,
     train_fsdp,
     train_moe_bench,
+    train_moe_run,
     train_run,
 )
 from .summaries import (
@@ -118,7 +119,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="time the MoE experts layer fp8gemm.fused_experts at DeepSeek-V3 and Qwen3-30B-A3B sizes against bf16 "
         "experts as transformers runs them, DeepGEMM's pipeline and transformers' FP8Experts, in CUDA graphs "
-        "(docs/benchmarks.md)",
+        "(docs/benchmarks.md); with --train or --train-run: their mixture-of-experts variant",
     )
     p.add_argument(
         "--train",
@@ -133,7 +134,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--train-run",
         action="store_true",
         help="train a byte-level Llama-style model (103M parameters) on the Python standard library's source in bf16 "
-        "and converted (convert(training=True)), same seed and batches: loss curves, peak memory, tokens/s",
+        "and converted (convert(training=True)), same seed and batches: loss curves, peak memory, tokens/s; with "
+        "--moe: a byte-level Qwen3-MoE (transformers' Qwen3MoeForCausalLM, 8 layers of 16 experts, top 4)",
     )
     p.add_argument(
         "--throughput",
@@ -167,7 +169,7 @@ def run(args) -> int:
     """Run ``fp8gemm bench``; its exit status."""
     device = args.device or default_device()
     backend = requested_backend(args)
-    moe_alone = args.moe and not args.train  # --train --moe is one benchmark: the experts layer's training
+    moe_alone = args.moe and not (args.train or args.train_run)  # --train --moe, --train-run --moe: one benchmark
     modes = {"--layer": args.layer, "--grouped": args.grouped, "--moe": moe_alone, "--train": args.train,
              "--train-run": args.train_run, "--train-fsdp": args.train_fsdp}  # fmt: skip
     if sum(map(bool, modes.values())) > 1:
@@ -227,6 +229,8 @@ def _train_modes(args, device: torch.device) -> int:
     """``--train``, ``--train-run`` and ``--train-fsdp`` (docs/training.md)."""
     if args.throughput and not args.train_run:
         raise UsageError("--throughput goes with --train-run")
+    if args.throughput and args.moe:
+        raise UsageError("--throughput times the dense model; --train-run --moe is the MoE convergence run")
     if args.steps and not (args.train_run or args.train_fsdp):
         raise UsageError("--steps goes with --train-run or --train-fsdp; --train times its own case list")
     if args.shapes and not (args.train and not args.moe):
@@ -265,6 +269,12 @@ def _train_modes(args, device: torch.device) -> int:
         _write_outputs(args, report, _save_atomically, train_fsdp.plot)
         return 0 if report["summary"]["within_tolerance"] else 1
     checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
+    if args.moe:
+        kwargs = {"steps": args.steps} if args.steps else {}
+        report = train_moe_run.run(device, smoke=args.smoke, seed=args.seed, progress=say, checkpoint=checkpoint,
+                                   **kwargs)  # fmt: skip
+        _say_convergence(say, report)
+        return _write_outputs(args, report, _save_atomically, train_moe_run.plot)
     if args.throughput:
         kwargs = {"steps": args.steps} if args.steps else {}
         report = train_run.run_throughput(device, smoke=args.smoke, seed=args.seed, progress=say,
@@ -276,12 +286,16 @@ def _train_modes(args, device: torch.device) -> int:
         kwargs = {"steps": args.steps} if args.steps else {}
         report = train_run.run_convergence(device, smoke=args.smoke, seed=args.seed, progress=say,
                                            checkpoint=checkpoint, **kwargs)  # fmt: skip
-        s = report["summary"]
-        say(f"final loss (mean of the last {train_run.FINAL_WINDOW} of {s['compared_steps']} steps): "
-            + ", ".join(f"{m} {v:.4f}" for m, v in s["final_loss"].items())
-            + f"; converted / bf16 {s['final_loss_ratio']:.4f}; tokens/s ratio {s['tokens_per_s_ratio']:.3f}x"
-            + memory_text(s.get("peak_memory_ratio")))  # fmt: skip
+        _say_convergence(say, report)
     return _write_outputs(args, report, _save_atomically, train_run.plot)
+
+
+def _say_convergence(say, report: dict) -> None:
+    s = report["summary"]
+    say(f"final loss (mean of the last {train_run.FINAL_WINDOW} of {s['compared_steps']} steps): "
+        + ", ".join(f"{m} {v:.4f}" for m, v in s["final_loss"].items())
+        + f"; converted / bf16 {s['final_loss_ratio']:.4f}; tokens/s ratio {s['tokens_per_s_ratio']:.3f}x"
+        + memory_text(s.get("peak_memory_ratio")))  # fmt: skip
 
 
 def _bench_train_moe(args, device: torch.device, say) -> int:

@@ -73,9 +73,14 @@ def prepare_model(mode: str, cfg: ModelConfig, seed: int, device, on_device: boo
     model = build_model(cfg, seed, device, on_device=on_device)
     if mode == BF16:
         return model, None
-    report = convert(model, training=True)
-    return model, {"converted": list(report.converted), "skipped": dict(report.skipped),
-                   "fp8_training_linear_layers": sum(isinstance(m, Fp8TrainingLinear) for m in model.modules())}  # fmt: skip
+    return model, conversion_record(model, convert(model, training=True))
+
+
+def conversion_record(model, report) -> dict:
+    """What ``convert`` did to ``model``, for a run's report: the converted names, the kept ones with why, and the
+    count of ``Fp8TrainingLinear`` layers."""
+    return {"converted": list(report.converted), "skipped": dict(report.skipped),
+            "fp8_training_linear_layers": sum(isinstance(m, Fp8TrainingLinear) for m in model.modules())}  # fmt: skip
 
 
 @torch.no_grad()
@@ -87,10 +92,13 @@ def evaluate(model, tokens: torch.Tensor, batch: int, seq: int, seed: int, devic
 
 def train(mode: str, cfg: ModelConfig, text: torch.Tensor, held_out: torch.Tensor, *, steps: int, batch: int,
           seq: int, lr: float, warmup: int, seed: int, device, deadline: float | None = None,
-          master_dtype=torch.float32, eval_batches: int = EVAL_BATCHES, progress=print) -> dict:  # fmt: skip
-    """One convergence run; stops early (and says so) past ``deadline`` (``time.perf_counter()`` seconds)."""
+          master_dtype=torch.float32, eval_batches: int = EVAL_BATCHES, progress=print, prepare=prepare_model,
+          trained_fields=None) -> dict:  # fmt: skip
+    """One convergence run; stops early (and says so) past ``deadline`` (``time.perf_counter()`` seconds).
+    ``prepare(mode, cfg, seed, device)`` builds the model (``prepare_model``'s contract); ``trained_fields(model)``,
+    if given, adds its fields to the result once the model is trained and evaluated."""
     device = torch.device(device)
-    model, conversion = prepare_model(mode, cfg, seed, device)
+    model, conversion = prepare(mode, cfg, seed, device)
     _reset_peak(device)
     opt = MasterAdamW(model, lr, master_dtype=master_dtype)
     batches = Batches(text, batch, seq, seed, device)
@@ -125,6 +133,8 @@ def train(mode: str, cfg: ModelConfig, text: torch.Tensor, held_out: torch.Tenso
     }
     if conversion:
         result["conversion"] = conversion
+    if trained_fields:
+        result.update(trained_fields(model))
     del model, opt, batches, losses
     _free(device)
     return result
@@ -157,10 +167,13 @@ def summarize_convergence(runs: dict) -> dict:
 
 def run_convergence(device, *, steps: int = STEPS, batch: int = BATCH, seq: int = SEQ, lr: float = LR,
                     warmup: int = WARMUP, seed: int = DEFAULT_SEED, smoke: bool = False,
-                    time_budget: float | None = TIME_BUDGET, progress=print, checkpoint=None) -> dict:  # fmt: skip
-    """Both runs, bf16 first; ``checkpoint(report)`` after each."""
+                    time_budget: float | None = TIME_BUDGET, progress=print, checkpoint=None, cfg=None,
+                    prepare=prepare_model, trained_fields=None, report_fields=None) -> dict:  # fmt: skip
+    """Both runs, bf16 first; ``checkpoint(report)`` after each. Another model: ``cfg`` (with ``as_dict()`` and
+    ``parameters()``), ``prepare`` and ``trained_fields`` as ``train`` takes them; ``report_fields``: more top-level
+    fields of the report."""
     device = torch.device(device)
-    cfg = SMOKE if smoke else CONVERGENCE
+    cfg = cfg or (SMOKE if smoke else CONVERGENCE)
     if smoke:
         steps, batch, seq, warmup = SMOKE_RUN["steps"], SMOKE_RUN["batch"], SMOKE_RUN["seq"], SMOKE_RUN["warmup"]
     data, corpus = stdlib_corpus(limit_bytes=SMOKE_RUN["corpus_bytes"] if smoke else None)
@@ -184,6 +197,7 @@ def run_convergence(device, *, steps: int = STEPS, batch: int = BATCH, seq: int 
             "final_window": FINAL_WINDOW,
             "time_budget_s": time_budget,
         },  # fmt: skip
+        **(report_fields or {}),
         "runs": {},
     }
     progress(f"model {cfg.parameters() / 1e6:.1f}M parameters; {corpus['files']} files, {corpus['bytes']} bytes of "
@@ -192,7 +206,8 @@ def run_convergence(device, *, steps: int = STEPS, batch: int = BATCH, seq: int 
     for mode in MODES:
         report["runs"][mode] = train(mode, cfg, text, held_out, steps=steps, batch=batch, seq=seq, lr=lr,
                                      warmup=warmup, seed=seed, device=device, deadline=deadline, progress=progress,
-                                     eval_batches=SMOKE_RUN["eval_batches"] if smoke else EVAL_BATCHES)  # fmt: skip
+                                     eval_batches=SMOKE_RUN["eval_batches"] if smoke else EVAL_BATCHES,
+                                     prepare=prepare, trained_fields=trained_fields)  # fmt: skip
         report["summary"] = summarize_convergence(report["runs"])
         if checkpoint:
             checkpoint(report)
@@ -296,8 +311,10 @@ def plot(report: dict, path: Path) -> None:
         top.set_ylabel("training loss (nats per byte)")
         top.legend(fontsize=8)
         m = report["model"]
-        top.set_title(f"byte-level Llama, {m['parameters'] / 1e6:.0f}M parameters, Python stdlib source: {title}",
-                      fontsize=8)  # fmt: skip
+        size = f"{m['parameters'] / 1e6:.0f}M parameters"
+        if "active_parameters" in m:
+            size += f" ({m['active_parameters'] / 1e6:.0f}M active)"
+        top.set_title(f"{m.get('name', 'byte-level Llama')}, {size}, Python stdlib source: {title}", fontsize=8)
         if all(mode in runs for mode in MODES):
             n = min(len(runs[mode]["losses"]) for mode in MODES)
             a, b = _smooth(runs[FP8]["losses"][:n]), _smooth(runs[BF16]["losses"][:n])
