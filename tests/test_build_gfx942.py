@@ -16,7 +16,7 @@ import pytest
 import torch
 from arch_module_checks import check_grouped_refusals
 from fp8gemm import registry
-from fp8gemm.protocol import MN_MAJOR, ScaleLayout
+from fp8gemm.protocol import KGROUPED_WGRAD_ARGS, MN_MAJOR, OUT_FP32, ScaleLayout
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from isa import ROOT, build_wheel, exported_symbols, needed_libraries, require_tool
@@ -50,13 +50,13 @@ def _disassembly(gfx942_dir, unit: str = "kernels") -> str:
 
 @pytest.mark.parametrize("unit", ["kernels", "grouped"])
 def test_isa_has_fp8_mfma_and_no_scratch(gfx942_dir, unit):
-    """The dense GEMM, the weight-gradient one (kernels.hip) and the grouped one: the same tile code (csrc/tile.hpp),
-    each in both tile configs."""
+    """The dense GEMM, the weight-gradient one and its k-grouped form (kernels.hip) and the grouped one: the same tile
+    code (csrc/tile.hpp), each in both tile configs."""
     asm = _disassembly(gfx942_dir, unit)
     ops = re.findall(r"^\s+(v_mfma\w+|global_load_dwordx4|ds_write_b128|scratch_\w+|buffer_store\w*)\b", asm, re.M)
     mfma = [op for op in ops if op.startswith("v_mfma")]
     assert set(mfma) == {"v_mfma_f32_32x32x16_fp8_fp8"}, set(mfma)
-    kernels = {"kernels": 2, "grouped": 1}[unit]  # kernels.hip: gemm_kernel and wgrad_kernel
+    kernels = {"kernels": 3, "grouped": 1}[unit]  # kernels.hip: gemm_kernel, wgrad_kernel, kgrouped_wgrad_kernel
     assert len(mfma) == kernels * (4 * 4 + 4 * 1)  # 4 K-steps x (2x2 tiles for 128 rows, 1 tile for 32 rows)
     assert "global_load_dwordx4" in ops and "ds_write_b128" in ops  # 16-byte loads, 16-byte LDS stores
     assert not [op for op in ops if op.startswith(("scratch_", "buffer_store"))]
@@ -109,10 +109,10 @@ def test_resource_usage_no_spills_lds_fits(gfx942_dir):
     units = ("kernels", "grouped", "quantize", "moe")
     report = "".join((isa / f"{unit}-resource-usage.txt").read_text() for unit in units)
     kernels = re.split(r"remark: Function Name: ", report)[1:]
-    # two tile configs + split-K reduction + the weight-gradient kernel in two tile configs; grouped in two tile
-    # configs; quantization, with a transpose and with one per expert, from bf16, fp16, fp32; the mixture-of-experts
-    # steps (count, route, scatter, activation, combine)
-    assert len(kernels) == 5 + 2 + 3 * 3 + 5
+    # two tile configs + split-K reduction + the weight-gradient kernel and its k-grouped form in two tile configs each;
+    # grouped in two tile configs; quantization, with a transpose and with one per expert, from bf16, fp16, fp32; the
+    # mixture-of-experts steps (count, route, scatter, activation, combine)
+    assert len(kernels) == 7 + 2 + 3 * 3 + 5
     for text in kernels:
         name = text.split()[0]
         field = functools.partial(_report_field, text)
@@ -137,6 +137,18 @@ def test_host_extension_exports_only_its_init(gfx942_dir):
     other build of the module loaded into the same process."""
     (so,) = (gfx942_dir / "fp8gemm_rocm_gfx942").glob("_C*.so")
     assert exported_symbols(require_tool("readelf"), so) == {"PyInit__C"}
+
+
+def test_kgrouped_wgrad_entry_is_bound_and_refuses_on_the_host(gfx942_module):
+    """module.cpp binds the k-grouped weight gradient (fp8gemm/backend_module.hpp define_kgrouped_wgrad_entry); its
+    launcher refuses a call off the layout before it touches a device."""
+    assert gfx942_module.kgrouped_max_experts() == 2048
+    assert gfx942_module.args_sizes()["kgrouped_wgrad_launch"] == KGROUPED_WGRAD_ARGS.size
+    fields = dict.fromkeys(KGROUPED_WGRAD_ARGS.fields, 0) | {"m": 16, "n": 16, "k": 256, "out_kind": OUT_FP32}
+    for experts in (0, 2, 2049):  # two experts need three K blocks
+        address = KGROUPED_WGRAD_ARGS.pack(*(fields | {"experts": experts}).values())
+        with pytest.raises(ValueError, match=r"kgrouped_wgrad_launch: 1 <= experts <= 2048 and k >= 128"):
+            gfx942_module.kgrouped_wgrad_launch(address)
 
 
 @settings(max_examples=300, deadline=None)

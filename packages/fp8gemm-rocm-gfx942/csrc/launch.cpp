@@ -56,12 +56,18 @@ void launch(const fp8gemm::LaunchArgs& args) {
 
 int64_t wgrad_workspace_bytes(int64_t, int64_t, int64_t) { return 0; }  // never split along K
 
-void wgrad_launch(const fp8gemm::WgradArgs& args) {
+namespace {
+
+// The checks and the parameter block both weight-gradient entries share (fp8gemm::WgradArgs or
+// fp8gemm::KGroupedWgradArgs: the same operand fields).
+template <class Args>
+Params wgrad_params(const Args& args, const char* entry) {
+  const std::string who = std::string(kPackage) + ": " + entry + ": ";
   if (args.m < 1 || args.n < 16 || args.n % 16 || args.k < kBlockK || args.k % kBlockK || args.m > INT_MAX ||
       args.n > INT_MAX || args.k > INT_MAX)
-    throw std::invalid_argument(std::string(kPackage) + ": wgrad_launch: m >= 1, n a positive multiple of 16 and k of "
-                                "128, each below 2^31, are required");
-  const Geometry g = wgrad_geometry(args.m, args.n, args.k);
+    throw std::invalid_argument(who + "m >= 1, n a positive multiple of 16 and k of 128, each below 2^31, are required");
+  if (args.out_kind != fp8gemm::kOutFP32 && (args.out_kind != fp8gemm::kOutBF16 || args.accumulate))
+    throw std::invalid_argument(who + "out_kind must be fp32, or bf16 without accumulate");
   Params p{};
   p.a = reinterpret_cast<const uint8_t*>(args.a);
   p.b = reinterpret_cast<const uint8_t*>(args.b);
@@ -70,11 +76,29 @@ void wgrad_launch(const fp8gemm::WgradArgs& args) {
   p.out = reinterpret_cast<void*>(args.out);
   p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
   p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
-  if (args.out_kind != fp8gemm::kOutFP32 && (args.out_kind != fp8gemm::kOutBF16 || args.accumulate))
-    throw std::invalid_argument(std::string(kPackage) + ": wgrad_launch: out_kind must be fp32, or bf16 without "
-                                "accumulate");
-  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32, p.kb_per_split = g.kb_per_split;
-  check(enqueue_wgrad(p, g, args.accumulate != 0, reinterpret_cast<void*>(args.stream)), "weight-gradient kernel launch");
+  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32, p.kb_per_split = p.k / kBlockK;
+  return p;
+}
+
+}  // namespace
+
+void wgrad_launch(const fp8gemm::WgradArgs& args) {
+  const Params p = wgrad_params(args, "wgrad_launch");
+  check(enqueue_wgrad(p, wgrad_geometry(args.m, args.n, args.k), args.accumulate != 0,
+                      reinterpret_cast<void*>(args.stream)),
+        "weight-gradient kernel launch");
+}
+
+void kgrouped_wgrad_launch(const fp8gemm::KGroupedWgradArgs& args) {
+  if (args.experts < 1 || args.experts > fp8gemm::kKGroupedMaxExperts || args.k < kBlockK * (args.experts + 1))
+    throw std::invalid_argument(std::string(kPackage) + ": kgrouped_wgrad_launch: 1 <= experts <= " +
+                                std::to_string(fp8gemm::kKGroupedMaxExperts) + " and k >= 128 * (experts + 1) (the "
+                                "per-expert aligned layout) are required");
+  const Params p = wgrad_params(args, "kgrouped_wgrad_launch");
+  const KGroupedParams kg{reinterpret_cast<const int32_t*>(args.offs), static_cast<int>(args.experts), args.out_es};
+  check(enqueue_kgrouped_wgrad(p, kg, wgrad_geometry(args.m, args.n, args.k), args.accumulate != 0,
+                               reinterpret_cast<void*>(args.stream)),
+        "k-grouped weight-gradient kernel launch");
 }
 
 void grouped_launch(const fp8gemm::GroupedArgs& args) {

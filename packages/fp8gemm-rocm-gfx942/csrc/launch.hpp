@@ -26,6 +26,14 @@ using Params = fp8gemm::GemmParams;  // A and B FP8 e4m3fnuz
 
 using GroupedParams = fp8gemm::GroupedParams;
 
+// What the k-grouped weight-gradient kernel reads besides Params (fp8gemm/backend.hpp KGroupedWgradArgs): the token
+// ends, read only on the device, and where out[e] starts.
+struct KGroupedParams {
+  const int32_t* offs;  // [experts] cumulative token ends, clamped on the device (fp8gemm/kgrouped_wgrad.hpp)
+  int experts;
+  int64_t out_es;  // elements from out[e] to out[e + 1]
+};
+
 int cu_count();
 
 // Defined in kernels.hip: enqueue the GEMM tiles / the split-K reduction; return a hipError_t.
@@ -33,6 +41,8 @@ int enqueue_gemm(const Params& p, const Geometry& g, void* stream);
 int enqueue_reduce(const Params& p, int splits, int blocks, void* stream);
 // The weight-gradient GEMM (p.b_scale per row of b, MN-major; fp32 out, added into with `accumulate`).
 int enqueue_wgrad(const Params& p, const Geometry& g, int accumulate, void* stream);
+// The k-grouped weight-gradient GEMM: the wgrad tiles of g for each of kg.experts experts (grid z).
+int enqueue_kgrouped_wgrad(const Params& p, const KGroupedParams& kg, const Geometry& g, int accumulate, void* stream);
 // Defined in grouped.hip: enqueue one grouped GEMM; return a hipError_t.
 int enqueue_grouped(const GroupedParams& p, const GroupedGeometry& g, void* stream);
 // Defined in quantize.hip: enqueue one activation quantization (in_kind: fp8gemm::InKind).

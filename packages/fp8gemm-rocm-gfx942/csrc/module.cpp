@@ -11,7 +11,8 @@ namespace {
 
 py::dict build_info() { return fp8gemm::build_info(
       "MFMA 32x32x16 fp8 (e4m3fnuz), LDS double buffering, split-K for small M; grouped (contiguous, masked) in one "
-      "launch; weight gradient (1x128 B scales per column, fp32 out added into); quantization with a transpose (one read), dense or per expert"); }
+      "launch; weight gradient (1x128 B scales per column, fp32 out added into), dense or per expert in one launch; "
+      "quantization with a transpose (one read), dense or per expert"); }
 
 // The launch geometry launch() would use, for tests of the host-side tiling logic without a GPU.
 py::dict plan(int64_t m, int64_t n, int64_t k, int cus) {
@@ -39,9 +40,10 @@ py::dict grouped_plan(bool masked, int64_t m, int64_t n, int64_t groups, int64_t
 
 PYBIND11_MODULE(_C, m) {
   fp8gemm::define_arch_module(m, &build_info);
-  // The optional training entries (fp8gemm/training_entries.hpp): the weight gradient (kernels.hip wgrad_kernel) and
-  // the transposing quantizer (quantize.hip quantize_transposed_kernel).
+  // The optional training entries (fp8gemm/training_entries.hpp): the weight gradient (kernels.hip wgrad_kernel), its
+  // k-grouped form (kgrouped_wgrad_kernel) and the transposing quantizer (quantize.hip quantize_transposed_kernel).
   fp8gemm::define_wgrad_entry(m, &wgrad_launch, &wgrad_workspace_bytes, kWgradBScaleLdMultiple);
+  fp8gemm::define_kgrouped_wgrad_entry(m, &kgrouped_wgrad_launch);
   fp8gemm::define_quantize_transposed_entry(m, &quantize_transposed);
   fp8gemm::define_quantize_grouped_transposed_entry(m, &quantize_grouped_transposed);  // quantize.hip, per expert
   static const fp8gemm::NativeTrainingEntries training{fp8gemm::kNativeTrainingEntriesVersion,

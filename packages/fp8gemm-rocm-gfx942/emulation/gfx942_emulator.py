@@ -97,6 +97,7 @@ class Emulator:
         self.kernels.fp8gemm_gfx942_emu_quantize_transposed.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_quantize_grouped_transposed.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_wgrad_launch.argtypes = [ctypes.c_size_t]
+        self.kernels.fp8gemm_gfx942_emu_kgrouped_wgrad_launch.argtypes = [ctypes.c_size_t]
         self.kernels.fp8gemm_gfx942_emu_wgrad_workspace_bytes.argtypes = [ctypes.c_int64] * 3
         self.kernels.fp8gemm_gfx942_emu_wgrad_workspace_bytes.restype = ctypes.c_int64
         self.kernels.fp8gemm_gfx942_emu_grouped_launch.argtypes = [ctypes.c_size_t]
@@ -113,6 +114,7 @@ class Emulator:
         self.grouped_launches = 0
         self.moe_steps = 0  # step launches (route, activation, combine entries) so far
         self.wgrad_launches = 0
+        self.kgrouped_wgrad_launches = 0
         self.quantize_transposed_launches = 0
         self.quantize_grouped_transposed_launches = 0
         self.use_cu_count(304)
@@ -142,6 +144,7 @@ class Emulator:
             "wgrad_launch": self.kernels.fp8gemm_gfx942_emu_args_size(6),
             "quantize_transposed": self.kernels.fp8gemm_gfx942_emu_args_size(7),
             "quantize_grouped_transposed": self.kernels.fp8gemm_gfx942_emu_args_size(8),
+            "kgrouped_wgrad_launch": self.kernels.fp8gemm_gfx942_emu_args_size(9),
             "launch": self.kernels.fp8gemm_gfx942_emu_args_size(0),
             "quantize": self.kernels.fp8gemm_gfx942_emu_args_size(1),
             "grouped_launch": self.kernels.fp8gemm_gfx942_emu_args_size(2),
@@ -170,6 +173,25 @@ class Emulator:
         self.wgrad_launches += 1
         if self.kernels.fp8gemm_gfx942_emu_wgrad_launch(args):
             raise EmulationError(self._error())
+
+    def kgrouped_wgrad_launch(self, args: int) -> None:
+        """``fp8gemm.protocol.KGroupedWgradFn`` on the emulator; returns when the kernel has finished. Without
+        ``accumulate`` each expert's out[e] is poisoned first (NaN), as ``wgrad_launch``'s out."""
+        from fp8gemm.protocol import KGROUPED_WGRAD_ARGS, OUT_FP32
+
+        f = KGROUPED_WGRAD_ARGS.unpack(args) if args else {}
+        m, n, ldo, experts = (f.get(name, 0) for name in ("m", "n", "ldo", "experts"))
+        well_formed = m > 0 and n > 0 and ldo >= n and 0 < experts <= self.kgrouped_max_experts()
+        if well_formed and f["out"] and not f["accumulate"]:  # else nothing to poison, or out is added into
+            itemsize = 4 if f["out_kind"] == OUT_FP32 else 2
+            for e in range(experts):  # out[e] alone: what lies between experts is the caller's
+                ctypes.memset(f["out"] + itemsize * e * f["out_es"], 0xFF, itemsize * ((m - 1) * ldo + n))
+        self.kgrouped_wgrad_launches += 1
+        if self.kernels.fp8gemm_gfx942_emu_kgrouped_wgrad_launch(args):
+            raise EmulationError(self._error())
+
+    def kgrouped_max_experts(self) -> int:
+        return self.kernels.fp8gemm_gfx942_emu_kgrouped_max_experts()
 
     def wgrad_workspace_bytes(self, m: int, n: int, k: int) -> int:
         size = self.kernels.fp8gemm_gfx942_emu_wgrad_workspace_bytes(m, n, k)
@@ -340,8 +362,9 @@ class Emulator:
 # What the package's module defines (fp8gemm/arch_module.hpp) besides build_info, each an Emulator method here.
 MODULE_ENTRIES = ("protocol_version", "args_sizes", "a_scale_ld_multiple", "launch", "workspace_bytes", "quantize",
                   "grouped_launch", "grouped_workspace_bytes", "moe_route", "moe_activation", "moe_combine",
-                  "moe_workspace_bytes", "wgrad_launch", "wgrad_workspace_bytes",
-                  "wgrad_b_scale_ld_multiple", "quantize_transposed", "quantize_grouped_transposed")  # fmt: skip
+                  "moe_workspace_bytes", "wgrad_launch", "wgrad_workspace_bytes", "wgrad_b_scale_ld_multiple",
+                  "kgrouped_wgrad_launch", "kgrouped_max_experts", "quantize_transposed",
+                  "quantize_grouped_transposed")  # fmt: skip
 
 
 def _emulated_extension(emulator: Emulator) -> types.ModuleType:

@@ -1,6 +1,7 @@
 // C entry points of the emulated gfx942 backend: the package's own launch(), workspace_bytes(), quantize(),
 // grouped_launch(), moe_route(), moe_activation(), moe_combine(), moe_workspace_bytes(), wgrad_launch(),
-// wgrad_workspace_bytes(), quantize_transposed() and quantize_grouped_transposed() (csrc/launch.cpp), and the module's a_scale_ld_multiple(), wgrad_b_scale_ld_multiple() and
+// wgrad_workspace_bytes(), kgrouped_wgrad_launch(), quantize_transposed() and quantize_grouped_transposed()
+// (csrc/launch.cpp), and the module's a_scale_ld_multiple(), wgrad_b_scale_ld_multiple(), kgrouped_max_experts() and
 // grouped_workspace_bytes(), behind the protocol's argument structs (read and
 // checked as the package's module reads them), with C++ exceptions turned into an error code and the emulator's last
 // error.
@@ -42,7 +43,7 @@ extern "C" int fp8gemm_gfx942_emu_a_scale_ld_multiple() { return fp8gemm_gfx942:
 extern "C" int fp8gemm_gfx942_emu_wgrad_b_scale_ld_multiple() { return fp8gemm_gfx942::kWgradBScaleLdMultiple; }
 
 // 0 launch, 1 quantize, 2 grouped_launch, 3 moe_route, 4 moe_activation, 5 moe_combine, 6 wgrad_launch,
-// 7 quantize_transposed, 8 quantize_grouped_transposed
+// 7 quantize_transposed, 8 quantize_grouped_transposed, 9 kgrouped_wgrad_launch
 extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {
   switch (entry) {
     case 0: return sizeof(fp8gemm::Wire<fp8gemm::LaunchArgs>);
@@ -54,6 +55,7 @@ extern "C" int64_t fp8gemm_gfx942_emu_args_size(int entry) {
     case 6: return sizeof(fp8gemm::Wire<fp8gemm::WgradArgs>);
     case 7: return sizeof(fp8gemm::Wire<fp8gemm::QuantizeTransposedArgs>);
     case 8: return sizeof(fp8gemm::Wire<fp8gemm::QuantizeGroupedTransposedArgs>);
+    case 9: return sizeof(fp8gemm::Wire<fp8gemm::KGroupedWgradArgs>);
     default: return -1;
   }
 }
@@ -69,6 +71,13 @@ extern "C" int64_t fp8gemm_gfx942_emu_workspace_bytes(int64_t m, int64_t n, int6
 extern "C" int fp8gemm_gfx942_emu_wgrad_launch(uintptr_t args) {
   return wire_entry<fp8gemm::WgradArgs>(args, "wgrad_launch", fp8gemm_gfx942::wgrad_launch);
 }
+
+extern "C" int fp8gemm_gfx942_emu_kgrouped_wgrad_launch(uintptr_t args) {
+  return wire_entry<fp8gemm::KGroupedWgradArgs>(args, "kgrouped_wgrad_launch", fp8gemm_gfx942::kgrouped_wgrad_launch);
+}
+
+// As the module's define_kgrouped_wgrad_entry (fp8gemm/backend_module.hpp).
+extern "C" int fp8gemm_gfx942_emu_kgrouped_max_experts() { return fp8gemm::kKGroupedMaxExperts; }
 
 extern "C" int64_t fp8gemm_gfx942_emu_wgrad_workspace_bytes(int64_t m, int64_t n, int64_t k) {
   return guarded([&] { return fp8gemm_gfx942::wgrad_workspace_bytes(m, n, k); }, int64_t{-1});

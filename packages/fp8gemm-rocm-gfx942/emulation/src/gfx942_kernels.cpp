@@ -9,3 +9,5 @@ GFX942_EMU_KERNEL(fp8gemm_gfx942::gemm_kernel<1, 4, 1, 1>);
 GFX942_EMU_KERNEL(fp8gemm_gfx942::reduce_splits);
 GFX942_EMU_KERNEL(fp8gemm_gfx942::wgrad_kernel<2, 2, 2, 2>);
 GFX942_EMU_KERNEL(fp8gemm_gfx942::wgrad_kernel<1, 4, 1, 1>);
+GFX942_EMU_KERNEL(fp8gemm_gfx942::kgrouped_wgrad_kernel<2, 2, 2, 2>);
+GFX942_EMU_KERNEL(fp8gemm_gfx942::kgrouped_wgrad_kernel<1, 4, 1, 1>);

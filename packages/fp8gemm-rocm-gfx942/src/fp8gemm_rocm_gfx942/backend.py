@@ -11,7 +11,8 @@ def load() -> Backend:
 
     # FP8 e4m3fnuz: MI300X's FP8 (max 240), what its MFMA FP8 instructions read. A's scales: MN-major, leading
     # dimension a multiple of the module's a_scale_ld_multiple() (csrc/module.cpp). Grouped GEMMs: contiguous and
-    # masked layouts, one launch each (csrc/grouped.hip). The weight-gradient entry's B scales: MN-major, below.
+    # masked layouts, one launch each (csrc/grouped.hip). The weight-gradient entries' B scales (wgrad_launch and
+    # kgrouped_wgrad_launch, which backend_from_module takes from the module where it has them): MN-major, below.
     return backend_from_module(_C, name="gfx942", package="fp8gemm-rocm-gfx942", version=__version__,
                                fp8_dtype="float8_e4m3fnuz", a_scale_layout=ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple()),
                                b_scale_layout=ScaleLayout(K_MAJOR, 1),
