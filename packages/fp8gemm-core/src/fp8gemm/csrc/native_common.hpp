@@ -201,17 +201,34 @@ inline std::pair<int64_t, int64_t> weight_lds(const Tensor& b, const Tensor& b_s
   return {ldb, ld};
 }
 
+// One GEMM launch, out [m, n] <- a [m, k] b [n, k]^T on operands at raw addresses (a's scales MN-major, b's 128 x 128
+// blocks K-major), the workspace g.entries.workspace_bytes(m, n, k) bytes at `workspace` (0 when none).
+struct GemmOperands {
+  uintptr_t a;
+  int64_t lda;
+  uintptr_t a_scale;
+  int64_t a_scale_ld;
+  uintptr_t b;
+  int64_t ldb;
+  uintptr_t b_scale;
+  int64_t b_scale_ld;
+};
+inline void gemm_at(const GemmOperands& o, const Tensor& out, int64_t m, int64_t n, int64_t k, uintptr_t workspace,
+                    uintptr_t stream) {
+  g.entries.launch(fp8gemm::LaunchArgs{
+      o.a, o.b, o.a_scale, o.b_scale, address(out), workspace, m, n, k, o.lda, o.ldb, row_stride(out), o.a_scale_ld,
+      o.b_scale_ld, out.scalar_type() == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
+}
+
 // out [m, n] <- a [m, k] b [n, k]^T, a's scales MN-major (a_scale_ld), b a weight with 128 x 128 block scales.
 inline void gemm_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale, Tensor& out,
                int64_t m, int64_t k, int64_t lda, int64_t a_scale_ld, int32_t device, uintptr_t stream) {
   const auto [ldb, b_scale_ld] = weight_lds(b, b_scale, k, device);
-  const int64_t n = b.size(0);
-  const int64_t bytes = g.entries.workspace_bytes(m, n, k);
-  Tensor workspace = empty(device, {bytes > 0 ? bytes : 1}, ScalarType::Byte);
-  g.entries.launch(fp8gemm::LaunchArgs{
-      address(a), address(b), address(a_scale), address(b_scale), address(out), bytes > 0 ? address(workspace) : 0,
-      m, n, k, lda, ldb, out.stride(0), a_scale_ld, b_scale_ld,
-      out.scalar_type() == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
+  const GemmOperands o{address(a), lda, address(a_scale), a_scale_ld, address(b), ldb, address(b_scale), b_scale_ld};
+  const int64_t n = b.size(0), bytes = g.entries.workspace_bytes(m, n, k);
+  if (bytes <= 0) return gemm_at(o, out, m, n, k, 0, stream);
+  const Tensor workspace = empty(device, {bytes}, ScalarType::Byte);  // an allocation only where the plan needs one
+  gemm_at(o, out, m, n, k, address(workspace), stream);
 }
 
 }  // namespace fp8gemm_native
