@@ -9,6 +9,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -102,6 +103,15 @@ inline Tensor empty(int32_t device, const std::vector<int64_t>& sizes, ScalarTyp
   std::vector<int64_t> strides(sizes.size(), 1);
   for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
   return empty_strided(device, sizes, strides, dtype);
+}
+
+// A plan's workspace: `bytes` of scratch where it needs any (the buffer, held until the launch is enqueued, and its
+// address), else no allocation at all (address 0).
+inline std::pair<std::optional<Tensor>, uintptr_t> workspace_of(int32_t device, int64_t bytes) {
+  if (bytes <= 0) return {std::nullopt, 0};
+  Tensor buffer = empty(device, {bytes}, ScalarType::Byte);
+  const uintptr_t at = address(buffer);
+  return {std::move(buffer), at};
 }
 
 // An uninitialised fp32 [m, kb] MN-major scale matrix (the quantizers' and the GEMMs' A layout) over a whole
@@ -225,10 +235,9 @@ inline void gemm_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, c
                int64_t m, int64_t k, int64_t lda, int64_t a_scale_ld, int32_t device, uintptr_t stream) {
   const auto [ldb, b_scale_ld] = weight_lds(b, b_scale, k, device);
   const GemmOperands o{address(a), lda, address(a_scale), a_scale_ld, address(b), ldb, address(b_scale), b_scale_ld};
-  const int64_t n = b.size(0), bytes = g.entries.workspace_bytes(m, n, k);
-  if (bytes <= 0) return gemm_at(o, out, m, n, k, 0, stream);
-  const Tensor workspace = empty(device, {bytes}, ScalarType::Byte);  // an allocation only where the plan needs one
-  gemm_at(o, out, m, n, k, address(workspace), stream);
+  const int64_t n = b.size(0);
+  const auto [buffer, workspace] = workspace_of(device, g.entries.workspace_bytes(m, n, k));
+  gemm_at(o, out, m, n, k, workspace, stream);
 }
 
 }  // namespace fp8gemm_native

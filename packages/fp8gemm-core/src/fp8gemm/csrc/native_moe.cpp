@@ -149,9 +149,9 @@ void masked_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const 
   const int64_t a_gs = groups == 1 ? m * lda : a.stride(0), b_gs = groups == 1 ? n * ldb : b.stride(0);
   const int64_t out_gs = groups == 1 ? m * ldo : out.stride(0);
   const int64_t bytes = g.entries.grouped_workspace_bytes(fp8gemm::kGroupedMasked, m, n, k, groups);
-  Tensor workspace = empty(device, {std::max<int64_t>(bytes, 1)}, ScalarType::Byte);
+  const auto [buffer, workspace] = workspace_of(device, bytes);
   g.entries.grouped_launch(fp8gemm::GroupedArgs{
-      address(a), address(b), address(a_scale), address(b_scale), address(out), bytes > 0 ? address(workspace) : 0,
+      address(a), address(b), address(a_scale), address(b_scale), address(out), workspace,
       address(masked_m), m, n, k, groups, lda, ldb, ldo, a_lds.first, b_lds.first, a_gs, b_gs, out_gs,
       a_lds.second, b_lds.second, expected_m, fp8gemm::kGroupedMasked,
       t == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});

@@ -65,22 +65,25 @@ struct QuantizedLayout {
   }
 };
 
-// x [..., k] (weights: 2-D) quantized with its transpose into `where`: the source's checks, then one launch.
-QuantizedLayout quantize_into(const Tensor& x, bool pow2_scales, bool blocks, int32_t device, uintptr_t stream,
-                              const QuantizedAt* where, uintptr_t base) {
+// The layout of x [..., k] (weights: 2-D) as a quantizer source: m rows of k.
+QuantizedLayout layout_of(const Tensor& x, bool blocks) {
+  need(x.dim() >= 1 && x.size(x.dim() - 1) > 0, "source shape");
+  const int64_t k = x.size(x.dim() - 1);
+  return QuantizedLayout(x.numel() / k, k, blocks);
+}
+
+// x quantized with its transpose at `at` (laid out as `layout`, layout_of(x)): the source's checks, then one launch.
+void quantize_into(const Tensor& x, bool pow2_scales, bool blocks, const QuantizedLayout& layout,
+                   const QuantizedAt& at, int32_t device, uintptr_t stream) {
   need(g.training.quantize_transposed != nullptr, "no transposing quantizer");
   need(x.is_cuda() && x.get_device_index() == device, "source device");
   const int kind = in_kind(x.scalar_type());
-  need(x.dim() >= 1 && (!blocks || x.dim() == 2), "source shape");
-  const int64_t k = x.size(x.dim() - 1);
-  const auto [m, ldx] = rows_of(x, k);
-  const QuantizedLayout layout(m, k, blocks);
-  need(layout.m_t % 16 == 0, "rows of the transpose");
-  const QuantizedAt at = where ? *where : layout.at(base);
+  need(!blocks || x.dim() == 2, "source shape");
+  const auto [m, ldx] = rows_of(x, layout.k);
+  need(m == layout.m && layout.m_t % 16 == 0, "rows of the transpose");
   g.training.quantize_transposed(fp8gemm::QuantizeTransposedArgs{
-      address(x), at.q, at.scale, at.q_t, at.scale_t, m, k, layout.m_t, ldx, at.scale_s0, at.scale_s1, at.scale_t_s0,
-      at.scale_t_s1, kind, pow2_scales ? 1 : 0, blocks ? 1 : 0, stream});
-  return layout;
+      address(x), at.q, at.scale, at.q_t, at.scale_t, m, layout.k, layout.m_t, ldx, at.scale_s0, at.scale_s1,
+      at.scale_t_s0, at.scale_t_s1, kind, pow2_scales ? 1 : 0, blocks ? 1 : 0, stream});
 }
 
 // An operand and its transpose, each with its scales, as tensors.
@@ -92,34 +95,30 @@ Tensor empty_of(int32_t device, int64_t rows, int64_t cols, int64_t s0, int64_t 
   return empty_strided(device, {rows, cols}, {s0, s1}, dtype);
 }
 
-// The transpose and its scales as tensors (what the backward keeps), the codes and scales written at `base`.
-std::pair<Tensor, Tensor> quantize_keeping_transpose(const Tensor& x, bool pow2_scales, bool blocks, int32_t device,
-                                                     uintptr_t stream, uintptr_t base) {
-  const int64_t k = x.size(x.dim() - 1);
-  const QuantizedLayout shape(x.numel() / std::max<int64_t>(k, 1), k, blocks);
-  Tensor q_t = empty(device, {shape.k, shape.m_t}, g.fp8);
-  Tensor scale_t = empty_of(device, blocks ? shape.kb : shape.k, shape.rows, shape.scale_t_s0, shape.scale_t_s1,
+// The transpose and its scales of x (laid out as `layout`) as tensors, what the backward keeps; the codes and scales
+// the forward's GEMM reads written at `base`.
+std::pair<Tensor, Tensor> quantize_keeping_transpose(const Tensor& x, bool pow2_scales, bool blocks,
+                                                     const QuantizedLayout& layout, uintptr_t base, int32_t device,
+                                                     uintptr_t stream) {
+  Tensor q_t = empty(device, {layout.k, layout.m_t}, g.fp8);
+  Tensor scale_t = empty_of(device, blocks ? layout.kb : layout.k, layout.rows, layout.scale_t_s0, layout.scale_t_s1,
                             ScalarType::Float);
-  QuantizedAt at = shape.at(base);
+  QuantizedAt at = layout.at(base);
   at.q_t = address(q_t), at.scale_t = address(scale_t);
-  quantize_into(x, pow2_scales, blocks, device, stream, &at, 0);
+  quantize_into(x, pow2_scales, blocks, layout, at, device, stream);
   return {q_t, scale_t};
 }
 
 // x [..., k] -> (q [m, k], scale, q_t [k, m_t], scale_t), each its own tensor (the quantize_transposed op).
 Quantized quantize_both(const Tensor& x, bool pow2_scales, bool blocks, int32_t device, uintptr_t stream) {
-  need(x.dim() >= 1 && x.size(x.dim() - 1) > 0, "source shape");
-  const int64_t k = x.size(x.dim() - 1);
-  const QuantizedLayout shape(x.numel() / k, k, blocks);
-  Quantized out{empty(device, {shape.m, k}, g.fp8),
-                empty_of(device, blocks ? shape.rows : shape.m, shape.kb, shape.scale_s0, shape.scale_s1,
-                         ScalarType::Float),
-                empty(device, {k, shape.m_t}, g.fp8),
-                empty_of(device, blocks ? shape.kb : k, shape.rows, shape.scale_t_s0, shape.scale_t_s1,
-                         ScalarType::Float)};
+  const QuantizedLayout l = layout_of(x, blocks);
+  Quantized out{empty(device, {l.m, l.k}, g.fp8),
+                empty_of(device, blocks ? l.rows : l.m, l.kb, l.scale_s0, l.scale_s1, ScalarType::Float),
+                empty(device, {l.k, l.m_t}, g.fp8),
+                empty_of(device, blocks ? l.kb : l.k, l.rows, l.scale_t_s0, l.scale_t_s1, ScalarType::Float)};
   const QuantizedAt at{address(out.q), address(out.scale), address(out.q_t), address(out.scale_t),
-                       shape.scale_s0, shape.scale_s1, shape.scale_t_s0, shape.scale_t_s1};
-  quantize_into(x, pow2_scales, blocks, device, stream, &at, 0);
+                       l.scale_s0, l.scale_s1, l.scale_t_s0, l.scale_t_s1};
+  quantize_into(x, pow2_scales, blocks, l, at, device, stream);
   return out;
 }
 
@@ -144,10 +143,9 @@ void wgrad_at(uintptr_t a, int64_t lda, uintptr_t a_scale, int64_t a_scale_ld, i
        "out shape or device");
   const int64_t ldo = row_stride(out), size = t == ScalarType::Float ? 4 : 2;
   need(out.stride(1) == 1 && ldo >= n && (ldo * size) % 16 == 0 && aligned16(out), "out layout");
-  const int64_t bytes = g.training.wgrad_workspace_bytes(m, n, k);
-  const Tensor workspace = empty(device, {std::max<int64_t>(bytes, 0)}, ScalarType::Byte);  // none when 0 bytes
+  const auto [buffer, workspace] = workspace_of(device, g.training.wgrad_workspace_bytes(m, n, k));
   g.training.wgrad_launch(fp8gemm::WgradArgs{
-      a, address(b), a_scale, address(b_scale), address(out), bytes > 0 ? address(workspace) : 0, m, n, k, lda, ldb,
+      a, address(b), a_scale, address(b_scale), address(out), workspace, m, n, k, lda, ldb,
       ldo, a_scale_ld, b_scale_ld, accumulate ? 1 : 0, t == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16,
       stream});
 }
@@ -184,14 +182,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> linear_forward(Tensor x, Tens
   need(x.scalar_type() == ScalarType::BFloat16, "activation dtype");
   need(weight.dim() == 2 && x.dim() >= 1 && weight.size(1) == x.size(x.dim() - 1) && weight.size(0) % 128 == 0 &&
            weight.size(1) > 0, "weight shape");
-  const int64_t n = weight.size(0), k = weight.size(1), m = x.numel() / k;
+  const QuantizedLayout xl = layout_of(x, false), wl = layout_of(weight, true);
+  const int64_t m = xl.m, n = wl.m, k = xl.k;
   need(m > 0, "no rows");
-  const QuantizedLayout xl(m, k, false), wl(n, k, true);
-  const int64_t gemm_bytes = g.entries.workspace_bytes(m, n, k);
-  const Tensor scratch = empty(device, {xl.bytes + wl.bytes + std::max<int64_t>(gemm_bytes, 0)}, ScalarType::Byte);
+  const int64_t gemm_bytes = std::max<int64_t>(g.entries.workspace_bytes(m, n, k), 0);
+  const Tensor scratch = empty(device, {xl.bytes + wl.bytes + gemm_bytes}, ScalarType::Byte);
   const uintptr_t x_at = address(scratch), w_at = x_at + xl.bytes;
-  auto [x_q_t, x_scale_t] = quantize_keeping_transpose(x, pow2_scales, false, device, stream, x_at);
-  auto [w_q_t, w_scale_t] = quantize_keeping_transpose(weight, pow2_scales, true, device, stream, w_at);
+  auto [x_q_t, x_scale_t] = quantize_keeping_transpose(x, pow2_scales, false, xl, x_at, device, stream);
+  auto [w_q_t, w_scale_t] = quantize_keeping_transpose(weight, pow2_scales, true, wl, w_at, device, stream);
   Tensor y = empty(device, {m, n}, ScalarType::BFloat16);
   const GemmOperands o{x_at + xl.q, k, x_at + xl.scale, xl.scale_s1, w_at + wl.q, k, w_at + wl.scale, wl.scale_s0};
   gemm_at(o, y, m, n, k, gemm_bytes > 0 ? w_at + wl.bytes : 0, stream);
@@ -215,7 +213,7 @@ std::tuple<Tensor, Tensor> linear_backward(Tensor dy, Tensor x_q_t, Tensor x_sca
   const int64_t gemm_bytes = std::max<int64_t>(g.entries.workspace_bytes(m, k, n), 0);
   const Tensor scratch = empty(device, {dl.bytes + gemm_bytes}, ScalarType::Byte);
   const uintptr_t d_at = address(scratch);
-  quantize_into(dy, pow2_scales, false, device, stream, nullptr, d_at);
+  quantize_into(dy, pow2_scales, false, dl, dl.at(d_at), device, stream);
   Tensor dx = empty(device, {m, k}, ScalarType::BFloat16);
   const GemmOperands o{d_at + dl.q, n, d_at + dl.scale, dl.scale_s1, address(w_q_t), ldb, address(w_scale_t),
                        b_scale_ld};
