@@ -25,6 +25,11 @@ class KeptSteps(moe_steps.KernelSteps):
         self.kept.append(super().buffer(rows, cols, dtype, device))
         return self.kept[-1]
 
+    def prepare(self, x, topk_ids, topk_weights):
+        routed = super().prepare(x, topk_ids, topk_weights)
+        self.kept.extend(routed)  # offs, positions and the routed rows: the replayed route writes them
+        return routed
+
     def activation(self, h, offs):
         self.kept.extend(super().activation(h, offs))
         return self.kept[-2:]

@@ -184,7 +184,8 @@ def experts_calls(tokens: int, sizes: dict, device: str, with_transformers: bool
     weights = torch.rand(tokens, top_k, generator=gen).softmax(-1).to(device, torch.bfloat16)  # as a router gives
     args = (ours.w13, ours.w13_scale_inv, ours.w2, ours.w2_scale_inv)
     calls = {"fused_experts": lambda: fp8gemm.fused_experts(x, ids, weights, *args),
-             **experts_floor_calls(x, ids, weights, *args), "Fp8Experts": lambda: ours(x, ids, weights)}  # fmt: skip
+             **experts_floor_calls(x, ids, weights, *args), "Fp8Experts": lambda: ours(x, ids, weights),
+             **grouped_calls(x, ids, ours.w13, ours.w13_scale_inv)}  # fmt: skip
     if with_transformers:
         from transformers import Qwen3MoeConfig
         from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS, FP8Experts
@@ -208,6 +209,17 @@ def experts_calls(tokens: int, sizes: dict, device: str, with_transformers: bool
         calls["FP8Experts (transformers, 'fp8gemm')"] = lambda: theirs(x, ids, weights)
         calls["bf16 experts loop (transformers)"] = lambda: loop(x, ids, weights)
     return calls
+
+
+def grouped_calls(x, ids, w13, s13) -> dict:
+    """The gate/up GEMM of ``fused_experts`` as one ``grouped_gemm`` call on its routed rows: an eager call reads
+    ``offs`` (G integers) on the host, which waits for the stream."""
+    rows = ids.numel()
+    a, a_scale = fp8gemm.quantize_activation(x.repeat_interleave(ids.shape[1], 0))
+    offs = torch.bincount(ids.flatten(), minlength=w13.shape[0]).cumsum(0).to(torch.int32)
+    b_scale = fp8gemm.prepare_weight_scale(s13)
+    assert a.shape[0] == rows
+    return {"grouped_gemm (offs)": lambda: fp8gemm.grouped_gemm(a, w13, a_scale, b_scale, offs)}
 
 
 def ratio_lines(times: dict) -> dict:

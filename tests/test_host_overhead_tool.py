@@ -32,7 +32,7 @@ def run_tool(*args: str, timeout: int = 900) -> str:
 def test_null_backend_times_every_row_and_writes_the_ratios(tmp_path):
     out = run_tool("--null", "--calls", "10", "--json", str(tmp_path / "host.json"))
     times = dict(re.findall(r"^  (\S.*?)\s+([\d.]+) us/call$", out, re.M))
-    assert set(times) == LINEAR_ROWS | TRANSFORMERS_ROWS | {"fused_experts", "Fp8Experts"}, out
+    assert set(times) == LINEAR_ROWS | TRANSFORMERS_ROWS | {"fused_experts", "Fp8Experts", "grouped_gemm (offs)"}, out
     assert all(float(t) > 0 for t in times.values())
     ratios = {m[0]: m[1] for m in re.findall(r"^  (\S.*?)\s+([\d.]+)x (.*) \(at most ([\d.]+)x\)$", out, re.M)}
     assert set(ratios) == {"fp8gemm.linear", "Fp8Linear", "matmul_2d (fp8gemm.hf)", "fused_experts"}, out

@@ -1,4 +1,4 @@
-"""The backends' native fused_experts and masked grouped GEMM (fp8gemm/csrc/native_moe.cpp): the same bits as the
+"""The backends' native fused_experts and grouped GEMMs (fp8gemm/csrc/native_moe.cpp): the same bits as the
 Python steps on the same entries, every other call handed to them, and the precise errors kept. GPU only, for every
 backend under test built with its native ops library (as tests/test_native_ops.py)."""
 
@@ -13,7 +13,7 @@ from fp8gemm.grouped_checks import conform_group_scale, plan_grouped
 from fp8gemm.launch import run_grouped
 from fp8gemm.moe import native_experts, run_fused_experts
 from fp8gemm.native import NATIVE_MISS
-from fp8gemm.protocol import GROUPED_MASKED
+from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED
 from test_moe import MoeCase, make_case
 from test_native_ops import NATIVE
 
@@ -150,3 +150,72 @@ def test_masked_grouped_gemm_off_the_native_path(backend):
         fp8gemm.grouped_gemm_masked(a, b, a_scale, b_scale, masked_m, out_dtype=torch.float16, backend=backend)
     assert torch.equal(fp8gemm.grouped_gemm_masked(a, b, a_scale.contiguous(), b_scale, masked_m, backend=backend),
                        planned)  # fmt: skip
+
+
+def contiguous_case(sizes, n, k, backend, seed):
+    """a [M, K] with M = sum(sizes) + 5 (rows in no group past offs[-1]), b [G, N, K], offs the cumulative ends."""
+    print(f"seed {seed}")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    m = sum(sizes) + 5
+    a, a_scale = fp8gemm.quantize_activation(torch.randn(m, k, device="cuda", generator=gen), backend=backend)
+    w = torch.randn(len(sizes), n, k, device="cuda", generator=gen)
+    quantized = [fp8gemm.quantize_weight(w[g]) for g in range(len(sizes))]
+    b = torch.stack([q for q, _ in quantized]).to(fp8_of(backend))
+    b_scale = fp8gemm.prepare_weight_scale(torch.stack([s for _, s in quantized]), backend=backend)
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    return a, b, a_scale, b_scale, offs
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+@pytest.mark.parametrize("sizes, n, k", [([7], 256, 512), ([0, 33, 1, 0, 130], 384, 1024), ([64] * 8, 2048, 256)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_contiguous_grouped_gemm_gives_the_planned_paths_bits(backend, sizes, n, k, out_dtype):
+    a, b, a_scale, b_scale, offs = contiguous_case(sizes, n, k, backend, sum(sizes) + n + k)
+    plan = plan_grouped(GROUPED_CONTIGUOUS, a, b, a_scale, b_scale, offs, None, out_dtype, backend, eager=False)
+    planned = run_grouped(plan, a, b, offs, None)
+    end = int(offs[-1])
+    for check in (True, False):
+        got = native_of(backend).grouped_gemm(a, b, a_scale, b_scale, offs, check, out_dtype is torch.float32)
+        assert got.dtype == out_dtype and torch.equal(got, planned) and not got[end:].any()
+    out = torch.full_like(planned, float("nan"))  # rows past offs[-1] keep what they held
+    assert fp8gemm.grouped_gemm(a, b, a_scale, b_scale, offs, out=out, backend=backend) is out
+    assert torch.equal(out[:end], planned[:end]) and out[end:].isnan().all()
+    assert torch.equal(fp8gemm.grouped_gemm(a, b, a_scale, b_scale, offs, out_dtype=out_dtype, backend=backend),
+                       planned)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_contiguous_grouped_gemm_refuses_bad_offs_and_declines_the_rest(backend):
+    """offs read on the host (an eager call): values the kernel must not take go to the planner, which raises its
+    error; offs on the host are the planner's, which names them."""
+    a, b, a_scale, b_scale, offs = contiguous_case([3, 20, 9], 256, 512, backend, 11)
+    native = native_of(backend)
+    for bad in ([3, 2, 9], [-1, 20, 32], [3, 23, a.shape[0] + 1]):
+        bad_offs = torch.tensor(bad, dtype=torch.int32, device="cuda")
+        with pytest.raises(RuntimeError, match=NATIVE_MISS):
+            native.grouped_gemm(a, b, a_scale, b_scale, bad_offs, True, False)
+        with pytest.raises(ValueError, match="offs"):
+            fp8gemm.grouped_gemm(a, b, a_scale, b_scale, bad_offs, backend=backend)
+    with pytest.raises(RuntimeError, match=NATIVE_MISS):
+        native.grouped_gemm(a, b, a_scale, b_scale, offs.cpu(), True, False)
+    with pytest.raises(ValueError, match="device"):  # the planner names offs on another device than a
+        fp8gemm.grouped_gemm(a, b, a_scale, b_scale, offs.cpu(), backend=backend)
+    with pytest.raises(ValueError):
+        fp8gemm.grouped_gemm(a, b, a_scale, b_scale, offs[:2], backend=backend)
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_contiguous_grouped_gemm_in_a_cuda_graph_reads_offs_on_the_device(backend):
+    """Captured (no host read of offs), replayed with other group ends written into the same tensor."""
+    a, b, a_scale, b_scale, offs = contiguous_case([5, 0, 40, 17], 256, 512, backend, 12)
+    out = torch.full((a.shape[0], 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+    fp8gemm.grouped_gemm(a, b, a_scale, b_scale, offs, out=out, backend=backend)  # warm-up outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp8gemm.grouped_gemm(a, b, a_scale, b_scale, offs, out=out, backend=backend)
+    offs.copy_(torch.tensor([0, 30, 31, 60], dtype=torch.int32))
+    out.fill_(float("nan"))
+    graph.replay()
+    expected = fp8gemm.grouped_gemm(a, b, a_scale, b_scale, offs, out=torch.full_like(out, float("nan")),
+                                    backend=backend)  # fmt: skip
+    assert torch.equal(out.nan_to_num(7.0), expected.nan_to_num(7.0))

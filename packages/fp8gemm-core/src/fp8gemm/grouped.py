@@ -31,6 +31,27 @@ def run_checked_grouped(backend, layout: int, shape: GroupedShape, a, b, a_scale
     run_grouped(plan, a, b, group_rows, out, expected_m)
 
 
+def native_grouped(a, b, a_scale, b_scale, offs, m_indices, out, out_dtype, backend, eager: bool):
+    """``grouped_gemm`` with ``offs`` in one C++ call where the backend's native op takes it (an eager call outside
+    CUDA-graph capture reads offs on the host first, as the planner does); None where it declines."""
+    if offs is None or m_indices is not None or (out is not None and out_dtype is not None):
+        return None
+    if out is None and out_dtype not in (None, torch.bfloat16, torch.float32):
+        return None
+    native = runtime.native_ops(a, b, backend)
+    if native is None:
+        return None
+    check_offs = eager and not runtime.capturing()
+    try:
+        if out is None:
+            return native.grouped_gemm(a, b, a_scale, b_scale, offs, check_offs, out_dtype is torch.float32)
+        native.grouped_gemm_out(a, b, a_scale, b_scale, offs, check_offs, out)
+        return out
+    except RuntimeError as error:
+        reraise_unless_miss(error)
+    return None
+
+
 # --- torch.library ops: what torch.compile and graph capture see -------------------------------------------------
 
 
@@ -38,6 +59,9 @@ def run_checked_grouped(backend, layout: int, shape: GroupedShape, a, b, a_scale
 def _grouped_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
                 offs: torch.Tensor | None, m_indices: torch.Tensor | None, out_dtype: torch.dtype,
                 backend: str) -> torch.Tensor:  # fmt: skip
+    got = native_grouped(a, b, a_scale, b_scale, offs, m_indices, None, out_dtype, backend, eager=False)
+    if got is not None:
+        return got
     layout, rows = pick_row_map(offs, m_indices)
     plan = plan_grouped(layout, a, b, a_scale, b_scale, rows, None, out_dtype, backend, eager=False)
     return run_grouped(plan, a, b, rows, None)
@@ -54,6 +78,8 @@ def _(a, b, a_scale, b_scale, offs, m_indices, out_dtype, backend):
 def _grouped_out_op(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor,
                     offs: torch.Tensor | None, m_indices: torch.Tensor | None, out: torch.Tensor,
                     backend: str) -> None:  # fmt: skip
+    if native_grouped(a, b, a_scale, b_scale, offs, m_indices, out, None, backend, eager=False) is not None:
+        return
     layout, rows = pick_row_map(offs, m_indices)
     run_grouped(plan_grouped(layout, a, b, a_scale, b_scale, rows, out, None, backend, eager=False), a, b, rows, out)
 
@@ -119,6 +145,10 @@ def grouped_gemm(a, b, a_scale, b_scale, offs=None, *, m_indices=None, out=None,
             _ops.grouped_gemm_out(a, b, a_scale, b_scale, offs, m_indices, out, backend or "")
             return out
         return _ops.grouped_gemm(a, b, a_scale, b_scale, offs, m_indices, out_dtype or torch.bfloat16, backend or "")
+    if offs is not None:  # one C++ call where the backend's native op takes it, else the planner
+        got = native_grouped(a, b, a_scale, b_scale, offs, m_indices, out, out_dtype, backend, eager=True)
+        if got is not None:
+            return got
     layout, rows = pick_row_map(offs, m_indices)
     plan = plan_grouped(layout, a, b, a_scale, b_scale, rows, out, out_dtype, backend, eager=True)
     return run_grouped(plan, a, b, rows, out)

@@ -1,8 +1,9 @@
 """An arch package's native ops: its ``_native_ops`` library (``fp8gemm/csrc/native_ops.cpp``, built where the
 build had torch >= 2.10) registers ``torch.ops.<package>.linear``, ``gemm``, ``gemm_out``, ``quantize_activation``,
-``fused_experts``, ``grouped_gemm_masked``, ``grouped_gemm_masked_out`` and the training ops ``quantize_transposed``,
-``wgrad``, ``wgrad_out``, ``linear_forward`` and ``linear_backward`` in C++ on PyTorch's stable ABI. They take the steady-state call in one C++ call (checks, allocation, stream, launches)
-and raise an error starting with :data:`NATIVE_MISS` on anything else; the public ops then run their Python planner,
+``fused_experts``, ``grouped_gemm``, ``grouped_gemm_out``, ``grouped_gemm_masked``, ``grouped_gemm_masked_out`` and
+the training ops ``quantize_transposed``, ``wgrad``, ``wgrad_out``, ``linear_forward`` and ``linear_backward`` in C++
+on PyTorch's stable ABI. They take the steady-state call in one C++ call (checks, allocation, stream, launches) and
+raise an error starting with :data:`NATIVE_MISS` on anything else; the public ops then run their Python planner,
 which handles the call or raises the precise error.
 """
 
@@ -31,6 +32,8 @@ class NativeOps(NamedTuple):
     fused_experts: object  # (x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, pow2_scales) -> out
     grouped_gemm_masked: object  # (a, b, a_scale, b_scale, masked_m, expected_m, fp32_out) -> out
     grouped_gemm_masked_out: object  # (a, b, a_scale, b_scale, masked_m, expected_m, out) -> None
+    grouped_gemm: object  # (a, b, a_scale, b_scale, offs, check_offs, fp32_out) -> out
+    grouped_gemm_out: object  # (a, b, a_scale, b_scale, offs, check_offs, out) -> None
     quantize_transposed: object  # (x, pow2_scales, blocks) -> (q, scale, q_t, scale_t)
     wgrad: object  # (a, b, a_scale, b_scale per row, fp32_out) -> out
     wgrad_out: object  # (a, b, a_scale, b_scale per row, out, accumulate) -> None

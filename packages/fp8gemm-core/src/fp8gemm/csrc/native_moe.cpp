@@ -1,5 +1,5 @@
-// An arch package's fused_experts and masked grouped GEMM as torch dispatcher ops in C++ (see native_ops.cpp): the
-// steady-state call in one C++ call, the same entries, buffers and bits as the Python steps (fp8gemm/moe_steps.py,
+// An arch package's fused_experts and grouped GEMMs (offs or masked) as torch dispatcher ops in C++ (see
+// native_ops.cpp): the steady-state call in one C++ call, the same entries, buffers and bits as the Python steps (fp8gemm/moe_steps.py,
 // fp8gemm/launch.py's run_grouped); anything else raises an error starting with kMiss for the Python planner.
 #include <torch/csrc/stable/library.h>
 
@@ -176,6 +176,85 @@ void grouped_gemm_masked_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale,
   masked_into(a, b, a_scale, b_scale, masked_m, expected_m, out, device, stream);
 }
 
+// offs' values on the host, as the planner checks them (one copy of G integers, which waits for the stream): the
+// last row end where they are non-decreasing ends in [0, m]; anything else is the planner's, for its precise error.
+int64_t checked_offs_end(const Tensor& offs, int64_t m) {
+  const int64_t groups = offs.size(0), sizes[1] = {groups}, strides[1] = {1};
+  std::vector<int32_t> ends(static_cast<size_t>(groups));
+  AtenTensorHandle host = nullptr;
+  if (aoti_torch_create_tensor_from_blob(ends.data(), 1, sizes, strides, 0, aoti_torch_dtype_int32(),
+                                         aoti_torch_device_type_cpu(), 0, &host) != AOTI_TORCH_SUCCESS)
+    throw std::runtime_error("fp8gemm: torch could not wrap a host buffer for offs");
+  const Tensor holder(host);
+  if (aoti_torch_copy_(host, offs.get(), 0) != AOTI_TORCH_SUCCESS)
+    throw std::runtime_error("fp8gemm: torch could not copy offs to the host");
+  int32_t previous = 0;
+  for (const int32_t end : ends) {
+    need(end >= previous && end <= m, "offs values");
+    previous = end;
+  }
+  return previous;
+}
+
+// out[r] = a[r] @ b[g]^T for the rows r of group g, [offs[g-1], offs[g]) (fp8gemm.grouped_gemm with offs): a [M, K]
+// with MN-major scales, b [G, N, K] with K-major block scales; rows past offs[-1] are not written.
+void contiguous_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
+                     const Tensor& offs, Tensor& out, int32_t device, uintptr_t stream) {
+  need(g.entries.grouped_launch != nullptr, "no grouped kernel");
+  need(b.dim() == 3 && out.dim() == 2, "operand ranks");
+  int64_t m = 0, k = 0;
+  const auto [lda, a_scale_ld] = fp8_rows_lds(a, a_scale, device, g.entries.a_scale_ld_multiple, &m, &k);
+  const int64_t groups = b.size(0), n = b.size(1);
+  need(groups > 0 && n > 0 && n % 16 == 0 && b.size(2) == k && out.size(0) == m && out.size(1) == n, "shape");
+  need_fp8_rows(b, device, "b dtype, device or layout");
+  need(b_scale.dim() == 3 && b_scale.size(0) == groups && b_scale.size(1) == (n + 127) / 128 &&
+           b_scale.size(2) == k / 128, "b_scale shape");
+  const auto b_lds = group_scale_lds(b_scale, device, true, g.b_scale_ld_multiple, "b_scale layout");
+  need(offs.is_cuda() && offs.get_device_index() == device && offs.scalar_type() == ScalarType::Int &&
+           offs.dim() == 1 && offs.size(0) == groups && offs.is_contiguous(), "offs");
+  const ScalarType t = out.scalar_type();
+  const int64_t size = t == ScalarType::Float ? 4 : 2, ldo = row_stride(out);
+  need((t == ScalarType::BFloat16 || t == ScalarType::Float) && out.is_cuda() && out.get_device_index() == device,
+       "out dtype or device");
+  need(out.stride(1) == 1 && ldo >= n && (ldo * size) % 16 == 0 && aligned16(out), "out layout");
+  const int64_t ldb = row_stride(b), b_gs = groups == 1 ? n * ldb : b.stride(0);
+  const auto [buffer, workspace] =
+      workspace_of(device, g.entries.grouped_workspace_bytes(fp8gemm::kGroupedContiguous, m, n, k, groups));
+  g.entries.grouped_launch(fp8gemm::GroupedArgs{
+      address(a), address(b), address(a_scale), address(b_scale), address(out), workspace, address(offs), m, n, k,
+      groups, lda, ldb, ldo, a_scale_ld, b_lds.first, 0, b_gs, 0, 0, b_lds.second, 0, fp8gemm::kGroupedContiguous,
+      t == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
+}
+
+// check_offs: an eager call outside CUDA-graph capture, whose offs the host reads first (the Python wrapper knows).
+Tensor grouped_gemm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor offs, bool check_offs, bool fp32_out) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(a, &device);
+  need(a.dim() == 2 && b.dim() == 3 && offs.dim() == 1 && a.size(0) > 0, "operand ranks");
+  const int64_t m = a.size(0), end = check_offs ? checked_offs_end(offs, m) : 0;
+  Tensor out = empty(device, {m, b.size(1)}, fp32_out ? ScalarType::Float : ScalarType::BFloat16);
+  // Rows in no group read 0 (fp8gemm.grouped_gemm); every row of a group is written, so with the ends known only a
+  // tail needs it.
+  if (end < m) {
+    AtenTensorHandle tail = nullptr;
+    const int64_t sizes[2] = {m - end, b.size(1)}, strides[2] = {b.size(1), 1};
+    if (aoti_torch__reinterpret_tensor(out.get(), 2, sizes, strides, end * b.size(1), &tail) != AOTI_TORCH_SUCCESS)
+      throw std::runtime_error("fp8gemm: torch could not view out");
+    const Tensor rows(tail);
+    if (aoti_torch_zero_(tail) != AOTI_TORCH_SUCCESS) throw std::runtime_error("fp8gemm: torch could not zero out");
+  }
+  contiguous_into(a, b, a_scale, b_scale, offs, out, device, stream);
+  return out;
+}
+
+void grouped_gemm_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor offs, bool check_offs, Tensor out) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(a, &device);
+  need(a.dim() == 2 && offs.dim() == 1 && a.size(0) > 0, "operand ranks");
+  if (check_offs) checked_offs_end(offs, a.size(0));
+  contiguous_into(a, b, a_scale, b_scale, offs, out, device, stream);
+}
+
 }  // namespace
 
 STABLE_TORCH_LIBRARY_FRAGMENT(FP8GEMM_OPS_NAMESPACE, m) {
@@ -185,10 +264,16 @@ STABLE_TORCH_LIBRARY_FRAGMENT(FP8GEMM_OPS_NAMESPACE, m) {
         "bool fp32_out) -> Tensor");
   m.def("grouped_gemm_masked_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor masked_m, "
         "int expected_m, Tensor(a!) out) -> ()");
+  m.def("grouped_gemm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor offs, bool check_offs, "
+        "bool fp32_out) -> Tensor");
+  m.def("grouped_gemm_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor offs, bool check_offs, "
+        "Tensor(a!) out) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(FP8GEMM_OPS_NAMESPACE, CUDA, m) {
   m.impl("fused_experts", TORCH_BOX(&fused_experts));
   m.impl("grouped_gemm_masked", TORCH_BOX(&grouped_gemm_masked));
   m.impl("grouped_gemm_masked_out", TORCH_BOX(&grouped_gemm_masked_out));
+  m.impl("grouped_gemm", TORCH_BOX(&grouped_gemm));
+  m.impl("grouped_gemm_out", TORCH_BOX(&grouped_gemm_out));
 }
