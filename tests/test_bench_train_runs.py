@@ -1,5 +1,5 @@
-"""``fp8gemm bench --train-run`` (with ``--moe``) and ``--train-fsdp`` on the CPU: the models, their conversion, the
-standard library's bytes as its text, the optimizer, and each run end to end in its smoke mode with its report's
+"""``fp8gemm bench --train-run`` and ``--train-fsdp`` (each with ``--moe``) on the CPU: the models, their conversion,
+the standard library's bytes as its text, the optimizer, and each run end to end in its smoke mode with its report's
 fields. No timing is asserted."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 from fp8gemm.cli import main
 from fp8gemm.nn import Fp8TrainingExperts, Fp8TrainingLinear, convert
-from fp8gemm_bench import train_bench, train_fsdp, train_model, train_moe_run, train_run
+from fp8gemm_bench import train_bench, train_fsdp, train_fsdp_moe, train_model, train_moe_run, train_run
 from torch import nn
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*pure-torch reference")
@@ -173,6 +173,8 @@ def test_the_moe_convergence_smoke_run(tmp_path):
         (["--train-run", "--moe", "--throughput", "--smoke"], "--throughput times the dense model"),
         (["--train-run", "--moe", "--train-fsdp", "--smoke"], "separate benchmarks"),
         (["--train-run", "--moe"], "add --smoke to run the harness"),
+        (["--train-fsdp", "--moe"], "add --smoke to run the harness"),
+        (["--train-fsdp", "--moe", "--train", "--smoke"], "separate benchmarks"),
     ],
 )
 def test_moe_run_mistakes_exit_2_with_the_fix(capsys, argv, words):
@@ -209,3 +211,27 @@ def test_fsdp2_on_two_cpu_ranks_matches_one_device(tmp_path):
     assert len(report["fsdp2"]["losses"]) == len(report["one_device"]["losses"]) == train_fsdp.SMOKE_RUN["steps"]
     assert report["summary"]["within_tolerance"] and report["summary"]["max_rel_diff"] <= train_fsdp.TOLERANCE
     assert report["environment"]["nccl_nvls_enable"] == "0"
+
+
+def test_fsdp2_of_the_moe_model_on_two_cpu_ranks_matches_one_device(tmp_path):
+    """--moe: the Qwen3-MoE model, whose converted experts hold 3-D Parameters that fully_shard splits on dim 0 (each
+    rank half of the experts), against one device."""
+    js, png = tmp_path / "fsdp_moe.json", tmp_path / "fsdp_moe.png"
+    argv = ["bench", "--train-fsdp", "--moe", "--smoke", "--device", "cpu", "--json", str(js), "--plot", str(png)]
+    assert main(argv) == 0
+    report = json.loads(js.read_text())
+    cfg = train_fsdp_moe.SMOKE
+    assert report["kind"] == "fsdp2-moe" and report["model"]["architecture"] == "Qwen3MoeForCausalLM"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    fsdp = report["fsdp2"]
+    assert fsdp["backend"] == "gloo" and fsdp["world"] == train_fsdp.WORLD and fsdp["wrapped"] == "FSDPByteQwen3Moe"
+    assert fsdp["fp8_training_experts"] == cfg.layers and fsdp["fp8_training_linear_layers"] == 4 * cfg.layers
+    assert fsdp["converted"] == report["one_device"]["converted"] == 5 * cfg.layers  # q, k, v, o and the experts
+    shards = fsdp["shards_rank0"]["Fp8TrainingExperts"]
+    want = {"gate_up_proj": [cfg.experts, 2 * cfg.moe_intermediate, cfg.hidden],
+            "down_proj": [cfg.experts, cfg.hidden, cfg.moe_intermediate]}  # fmt: skip
+    for name, shape in want.items():
+        assert shards[name]["global"] == shape and shards[name]["local"] == [shape[0] // train_fsdp.WORLD, *shape[1:]]
+        assert shards[name]["placements"] in (["S(0)"], ["Shard(dim=0)"])
+    assert len(fsdp["losses"]) == len(report["one_device"]["losses"]) == train_fsdp.SMOKE_RUN["steps"]
+    assert report["summary"]["within_tolerance"] and report["summary"]["max_rel_diff"] <= train_fsdp.TOLERANCE

@@ -26,6 +26,7 @@ from . import (
     moe_bench,
     train_bench,
     train_fsdp,
+    train_fsdp_moe,
     train_moe_bench,
     train_moe_run,
     train_run,
@@ -119,7 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="time the MoE experts layer fp8gemm.fused_experts at DeepSeek-V3 and Qwen3-30B-A3B sizes against bf16 "
         "experts as transformers runs them, DeepGEMM's pipeline and transformers' FP8Experts, in CUDA graphs "
-        "(docs/benchmarks.md); with --train or --train-run: their mixture-of-experts variant",
+        "(docs/benchmarks.md); with --train, --train-run or --train-fsdp: their mixture-of-experts variant",
     )
     p.add_argument(
         "--train",
@@ -146,7 +147,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--train-fsdp",
         action="store_true",
         help="FSDP2 (fully_shard) of a converted model on 2 GPUs against one GPU, same seed and batches: the loss "
-        "curves within 0.5%% (exit status 1 if not)",
+        "curves within 0.5%% (exit status 1 if not); with --moe: a byte-level Qwen3-MoE (4 layers of 8 experts, top 2)",
     )
     p.add_argument(
         "--smoke",
@@ -169,7 +170,7 @@ def run(args) -> int:
     """Run ``fp8gemm bench``; its exit status."""
     device = args.device or default_device()
     backend = requested_backend(args)
-    moe_alone = args.moe and not (args.train or args.train_run)  # --train --moe, --train-run --moe: one benchmark
+    moe_alone = args.moe and not (args.train or args.train_run or args.train_fsdp)  # --train --moe: one benchmark
     modes = {"--layer": args.layer, "--grouped": args.grouped, "--moe": moe_alone, "--train": args.train,
              "--train-run": args.train_run, "--train-fsdp": args.train_fsdp}  # fmt: skip
     if sum(map(bool, modes.values())) > 1:
@@ -265,8 +266,9 @@ def _train_modes(args, device: torch.device) -> int:
         return _write_outputs(args, report, _save_atomically, train_bench.plot)
     if args.train_fsdp:
         kwargs = {"steps": args.steps} if args.steps else {}
-        report = train_fsdp.run(device, smoke=args.smoke, seed=args.seed, progress=say, **kwargs)
-        _write_outputs(args, report, _save_atomically, train_fsdp.plot)
+        check = train_fsdp_moe if args.moe else train_fsdp
+        report = check.run(device, smoke=args.smoke, seed=args.seed, progress=say, **kwargs)
+        _write_outputs(args, report, _save_atomically, check.plot)
         return 0 if report["summary"]["within_tolerance"] else 1
     checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
     if args.moe:

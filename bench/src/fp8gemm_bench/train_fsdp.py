@@ -1,6 +1,7 @@
 """``fp8gemm bench --train-fsdp``: a converted model (``convert(model, training=True)``) trained with FSDP2
 (``torch.distributed.fsdp.fully_shard``, each block and the root) on two GPUs over NCCL, against the same model, seed
-and batches on one GPU: the two loss curves must stay within ``TOLERANCE`` (relative) at every step.
+and batches on one GPU: the two loss curves must stay within ``TOLERANCE`` (relative) at every step. Which model is a
+``Harness``: ``DENSE`` here (the Llama-style decoder of ``train_model``), the Qwen3-MoE one in ``train_fsdp_moe``.
 
 Each of the two ranks takes half of every global batch (its tokens a multiple of 128, so the 128-token blocks of
 the weight gradient's quantization are the one-GPU run's); FSDP2 averages the gradients, the one-GPU run's loss is the
@@ -17,12 +18,16 @@ import socket
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from fp8gemm.nn import Fp8TrainingLinear, convert
+from fp8gemm.nn import Fp8TrainingExperts, Fp8TrainingLinear, convert
+from torch import nn
 
 from .bench import DEFAULT_SEED, environment
 from .train_model import SMOKE, Batches, ModelConfig, build_model, loss_fn, lr_at, split_corpus, stdlib_corpus
@@ -34,6 +39,26 @@ SMOKE_RUN = {"steps": 4, "batch": 4, "seq": 64, "corpus_bytes": 100_000}  # 128 
 TOLERANCE = 0.005
 
 
+def _dense_blocks(model) -> list[nn.Module]:
+    return list(model.blocks)
+
+
+@dataclass(frozen=True)
+class Harness:
+    """The model the check trains: its configs (a frozen dataclass with ``as_dict()``), how it is built from a seed
+    and which of its modules are sharded one by one before the root. Module-level functions only: it travels to the
+    spawned ranks by pickle."""
+
+    kind: str  # the report's "kind"
+    model: Any
+    smoke: Any
+    build: Callable[..., nn.Module]  # (cfg, seed, device, dtype=) -> the model, its weights drawn on the CPU
+    blocks: Callable[[nn.Module], list[nn.Module]]
+
+
+DENSE = Harness("fsdp2", MODEL, SMOKE, build_model, _dense_blocks)
+
+
 def fully_shard_fn():
     """``fully_shard`` (torch >= 2.6 exports it from torch.distributed.fsdp; 2.4 and 2.5 from _composable)."""
     try:
@@ -43,10 +68,35 @@ def fully_shard_fn():
     return fully_shard
 
 
-def _setup(cfg: ModelConfig, seed: int, device, dtype):
-    model = build_model(cfg, seed, device, dtype=dtype)
+def _setup(harness: Harness, cfg, seed: int, device, dtype):
+    model = harness.build(cfg, seed, device, dtype=dtype)
     report = convert(model, training=True)
     return model, len(report.converted)
+
+
+def _fp8_modules(model: nn.Module) -> dict:
+    return {"fp8_training_linear_layers": sum(isinstance(m, Fp8TrainingLinear) for m in model.modules()),
+            "fp8_training_experts": sum(isinstance(m, Fp8TrainingExperts) for m in model.modules())}  # fmt: skip
+
+
+def _shard(p: torch.Tensor) -> dict:
+    """A Parameter's global and local shape and placements (a DTensor's; a plain tensor's are its own and none)."""
+    local = p.to_local() if hasattr(p, "to_local") else p
+    return {
+        "global": list(p.shape),
+        "local": list(local.shape),
+        "placements": [str(x) for x in getattr(p, "placements", ())],
+    }
+
+
+def _shards(model: nn.Module) -> dict:
+    """This rank's shard of the first FP8 module of each kind, Parameter by Parameter."""
+    found = {}
+    for name, module in model.named_modules():
+        kind = type(module).__name__
+        if isinstance(module, (Fp8TrainingLinear, Fp8TrainingExperts)) and kind not in found:
+            found[kind] = {"module": name, **{n: _shard(p) for n, p in module.named_parameters(recurse=False)}}
+    return found
 
 
 def _optimizer(model, lr: float):
@@ -88,12 +138,11 @@ def _rank(rank: int, world: int, port: int, settings: dict, out: str) -> None:
 
         mesh = init_device_mesh(device.type, (world,))
         fully_shard = fully_shard_fn()
-        cfg, dtype = ModelConfig(**settings["model"]), getattr(torch, settings["dtype"])
-        model, converted = _setup(cfg, settings["seed"], device, dtype)
-        for block in model.blocks:
+        harness, dtype = settings["harness"], getattr(torch, settings["dtype"])
+        model, converted = _setup(harness, settings["model"], settings["seed"], device, dtype)
+        for block in harness.blocks(model):
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        fp8_layers = sum(isinstance(m, Fp8TrainingLinear) for m in model.modules())
         data, _ = stdlib_corpus(limit_bytes=settings["corpus_bytes"])
         batches = Batches(split_corpus(data)[0], settings["batch"], settings["seq"], settings["seed"], device)
         share = settings["batch"] // world
@@ -109,7 +158,8 @@ def _rank(rank: int, world: int, port: int, settings: dict, out: str) -> None:
                                  part, reduce)  # fmt: skip
         if rank == 0:
             Path(out).write_text(json.dumps({
-                "losses": losses, "seconds": seconds, "converted": converted, "fp8_training_linear_layers": fp8_layers,
+                "losses": losses, "seconds": seconds, "converted": converted, **_fp8_modules(model),
+                "shards_rank0": _shards(model),
                 "peak_memory_bytes_rank0": torch.cuda.max_memory_allocated(device) if cuda else None,
                 "wrapped": type(model).__name__}))  # fmt: skip
     finally:
@@ -123,24 +173,23 @@ def _free_port() -> int:
 
 
 def run(device, *, steps: int = STEPS, batch: int = BATCH, seq: int = SEQ, lr: float = LR, seed: int = DEFAULT_SEED,
-        smoke: bool = False, dtype: str = "float32", progress=print) -> dict:  # fmt: skip
+        smoke: bool = False, dtype: str = "float32", progress=print, harness: Harness = DENSE) -> dict:  # fmt: skip
     """The one-device run, then the FSDP2 run on ``WORLD`` ranks; the report with both curves and their distance."""
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.device_count() < WORLD:
         raise ValueError(f"the FSDP2 check needs {WORLD} GPUs, this machine has {torch.cuda.device_count()}")
-    cfg = SMOKE if smoke else MODEL
+    cfg = harness.smoke if smoke else harness.model
     corpus_bytes = SMOKE_RUN["corpus_bytes"] if smoke else None
     if smoke:
         steps, batch, seq = SMOKE_RUN["steps"], SMOKE_RUN["batch"], SMOKE_RUN["seq"]
     if batch % WORLD or (batch // WORLD * seq) % 128:
         raise ValueError(f"each of the {WORLD} ranks needs a whole share of the batch in 128-token blocks: "
                          f"batch {batch} x seq {seq}")  # fmt: skip
-    settings = {"device": device.type, "model": {k: v for k, v in cfg.as_dict().items() if k not in
-                ("head_dim", "parameters")}, "dtype": dtype, "seed": seed, "steps": steps, "batch": batch, "seq": seq,
-                "lr": lr, "corpus_bytes": corpus_bytes}  # fmt: skip
+    settings = {"device": device.type, "harness": harness, "model": cfg, "dtype": dtype, "seed": seed, "steps": steps,
+                "batch": batch, "seq": seq, "lr": lr, "corpus_bytes": corpus_bytes}  # fmt: skip
     one = torch.device("cuda", 0) if device.type == "cuda" else device
     data, corpus = stdlib_corpus(limit_bytes=corpus_bytes)
-    model, converted = _setup(cfg, seed, one, getattr(torch, dtype))
+    model, converted = _setup(harness, cfg, seed, one, getattr(torch, dtype))
     batches = Batches(split_corpus(data)[0], batch, seq, seed, one)
     if one.type == "cuda":
         torch.cuda.reset_peak_memory_stats(one)
@@ -171,7 +220,7 @@ def run(device, *, steps: int = STEPS, batch: int = BATCH, seq: int = SEQ, lr: f
                nccl_nvls_enable="0")  # fmt: skip
     return {
         "environment": env,
-        "kind": "fsdp2",
+        "kind": harness.kind,
         "model": cfg.as_dict(),
         "corpus": corpus,
         "training": {
@@ -208,7 +257,10 @@ def plot(report: dict, path: Path) -> None:
     top.set_ylabel("loss")
     top.legend(fontsize=8)
     env = report["environment"]
-    top.set_title(f"FP8 training under FSDP2: {env['device']}, torch {env['torch']}, {env['date'][:10]}", fontsize=8)
+    name = f", {report['model']['name']}" if "name" in report["model"] else ""
+    top.set_title(
+        f"FP8 training under FSDP2{name}: {env['device']}, torch {env['torch']}, {env['date'][:10]}", fontsize=8
+    )
     bottom.plot(steps, [abs(a - b) / b for a, b in zip(fsdp, one, strict=True)], color="black", linewidth=1)
     bottom.axhline(report["summary"]["tolerance"], color="red", linewidth=0.6)
     bottom.set_ylabel("relative difference")

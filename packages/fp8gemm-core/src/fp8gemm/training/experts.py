@@ -27,7 +27,7 @@ from ..protocol import MOE_MAX_EXPERTS
 from ..reference import BLOCK, FP8_DTYPES
 from ..validation import IN_DTYPES
 from .experts_steps import GradDtypes, Needs, Saved, backward_steps, forward_steps, saved_h_dtype
-from .grouped_quantize import grouped_blocks, quantize_experts_with_transpose
+from .grouped_quantize import empty_scale_t, grouped_blocks, quantize_experts_with_transpose
 
 NAMES = ("x", "topk_ids", "topk_weights", "w13", "w13_scale", "w2", "w2_scale")
 
@@ -90,9 +90,10 @@ def _forward_op(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Ten
     return _forward(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, pow2, keep_y, backend)
 
 
-def _saved_like(x, shape: MoeShape, fp8_dtype: torch.dtype, keep_y: bool) -> Saved:
-    """Empty tensors shaped as the forward's ``Saved`` (the fake implementation's)."""
+def _saved_like(x, shape: MoeShape, fp8_dtype: torch.dtype, keep_y: bool, backend: str) -> Saved:
+    """Empty tensors shaped and strided as the forward's ``Saved`` (the fake implementation's)."""
     rows, hidden, inter = shape.tokens * shape.top_k, shape.hidden, shape.intermediate
+    scale_t = lambda k: empty_scale_t(x.device, rows, k, shape.experts, fp8_dtype, backend or None)  # noqa: E731
     blocks = grouped_blocks(rows, shape.experts)
     y_dtype = torch.bfloat16 if x.dtype is torch.bfloat16 else torch.float32
     empty = lambda *size, dtype=torch.float32: x.new_empty(size, dtype=dtype)  # noqa: E731
@@ -102,10 +103,10 @@ def _saved_like(x, shape: MoeShape, fp8_dtype: torch.dtype, keep_y: bool) -> Sav
         token=empty(rows, dtype=torch.int64),
         row_weight=empty(rows),
         x_t=empty(hidden, blocks * BLOCK, dtype=fp8_dtype),
-        x_scale_t=empty(hidden, blocks),
+        x_scale_t=scale_t(hidden),  # the grouped quantizer's layout: MN-major where its kernel writes it
         h=empty(rows, 2 * inter, dtype=saved_h_dtype(x.dtype)),
         act_t=empty(inter, blocks * BLOCK, dtype=fp8_dtype),
-        act_scale_t=empty(inter, blocks),
+        act_scale_t=scale_t(inter),
         y=empty(rows, hidden, dtype=y_dtype) if keep_y else empty(0, dtype=y_dtype),
     )
 
@@ -113,7 +114,7 @@ def _saved_like(x, shape: MoeShape, fp8_dtype: torch.dtype, keep_y: bool) -> Sav
 @_forward_op.register_fake
 def _(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, pow2, keep_y, backend):
     shape = check_fused_experts(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, "silu", None)
-    return [x.new_empty((shape.tokens, shape.hidden)), *_saved_like(x, shape, w13.dtype, keep_y)]
+    return [x.new_empty((shape.tokens, shape.hidden)), *_saved_like(x, shape, w13.dtype, keep_y, backend)]
 
 
 def _backward_plan(dout, saved: Saved, w13_t, dtypes: GradDtypes, pow2: bool, backend: str) -> MoePlan:

@@ -141,20 +141,28 @@ def quantize_grouped_with_transpose(
 def _quantize_grouped(x, offs, fp8_dtype, pow2: bool, backend: str | None):
     """The op's eager body: the backend's kernel where it takes the call, else the reference."""
     check_offs_values(offs, x.shape[0], "M (x.shape[0])")
-    kernel = _grouped_kernel(x, fp8_dtype, backend)
+    kernel = _grouped_kernel(x.device, *x.shape, fp8_dtype, backend)
     if kernel is not None:
         return _kernel_grouped(kernel, x, offs, pow2)
     return _reference_grouped(x, offs, fp8_dtype, pow2, backend)
 
 
-def _grouped_kernel(x: torch.Tensor, fp8_dtype, backend: str | None):
-    """The backend for x's device if its ``quantize_grouped_transposed`` entry takes the call (its own FP8 dtype, at
-    least one row, whole K blocks), else None."""
-    chosen, dtype, _ = registry.backend_defaults(x.device, runtime.requested_backend(backend))
+def _grouped_kernel(device: torch.device, rows: int, k: int, fp8_dtype, backend: str | None):
+    """The backend for ``device`` if its ``quantize_grouped_transposed`` entry takes a call on x [rows, k] (its own
+    FP8 dtype, at least one row, whole K blocks), else None."""
+    chosen, dtype, _ = registry.backend_defaults(device, runtime.requested_backend(backend))
     if chosen is None or getattr(chosen, "quantize_grouped_transposed", None) is None:
         return None
-    takes = fp8_dtype in (None, dtype) and x.shape[0] > 0 and x.shape[1] % BLOCK == 0
+    takes = fp8_dtype in (None, dtype) and rows > 0 and k % BLOCK == 0
     return chosen if takes else None
+
+
+def empty_scale_t(device: torch.device, rows: int, k: int, experts: int, fp8_dtype, backend: str | None):
+    """An uninitialised ``scale_t`` [K, E + M // 128 + 1] with the strides a call on x [rows, k] gives it: the
+    kernel's layout where the backend's kernel takes the call, else the reference's row-major (for the fakes)."""
+    kernel = _grouped_kernel(device, rows, k, fp8_dtype, backend)
+    layout = None if kernel is None else scale_t_layout(kernel)
+    return runtime.empty_scale(k, grouped_blocks(rows, experts), layout, device)[0]
 
 
 def _kernel_grouped(kernel, x: torch.Tensor, offs: torch.Tensor, pow2: bool):
@@ -193,9 +201,9 @@ def _grouped_op(x: torch.Tensor, offs: torch.Tensor, fp8_dtype: torch.dtype | No
 @_grouped_op.register_fake
 def _(x, offs, fp8_dtype, pow2, backend):
     q, scale = _ops.quantize_activation(x, fp8_dtype, pow2, backend)
-    blocks = grouped_blocks(x.shape[0], offs.shape[0])
-    k = x.shape[1]
-    return q, scale, x.new_empty((k, blocks * BLOCK), dtype=q.dtype), x.new_empty((k, blocks), dtype=torch.float32)
+    (rows, k), experts = x.shape, offs.shape[0]
+    q_t = x.new_empty((k, grouped_blocks(rows, experts) * BLOCK), dtype=q.dtype)
+    return q, scale, q_t, empty_scale_t(x.device, rows, k, experts, fp8_dtype, backend or None)
 
 
 # --- every expert's weight with its transpose --------------------------------------------------------------------
