@@ -31,25 +31,31 @@ def run_checked_grouped(backend, layout: int, shape: GroupedShape, a, b, a_scale
     run_grouped(plan, a, b, group_rows, out, expected_m)
 
 
-def native_grouped(a, b, a_scale, b_scale, offs, m_indices, out, out_dtype, backend, eager: bool):
-    """``grouped_gemm`` with ``offs`` in one C++ call where the backend's native op takes it (an eager call outside
-    CUDA-graph capture reads offs on the host first, as the planner does); None where it declines."""
-    if offs is None or m_indices is not None or (out is not None and out_dtype is not None):
+def native_or_none(native, name: str, args: tuple, out, out_dtype):
+    """``native.<name>(*args, fp32_out)``, or ``native.<name>_out(*args, out)`` with ``out``: one C++ call; None
+    where there is no native op or it declines the call (the planner then takes it)."""
+    if native is None or (out is not None and out_dtype is not None):
         return None
     if out is None and out_dtype not in (None, torch.bfloat16, torch.float32):
         return None
-    native = runtime.native_ops(a, b, backend)
-    if native is None:
-        return None
-    check_offs = eager and not runtime.capturing()
     try:
         if out is None:
-            return native.grouped_gemm(a, b, a_scale, b_scale, offs, check_offs, out_dtype is torch.float32)
-        native.grouped_gemm_out(a, b, a_scale, b_scale, offs, check_offs, out)
+            return getattr(native, name)(*args, out_dtype is torch.float32)
+        getattr(native, name + "_out")(*args, out)
         return out
     except RuntimeError as error:
         reraise_unless_miss(error)
     return None
+
+
+def native_grouped(a, b, a_scale, b_scale, offs, m_indices, out, out_dtype, backend, eager: bool):
+    """``grouped_gemm`` with ``offs`` through the native op (an eager call outside CUDA-graph capture reads offs on
+    the host first, as the planner does); None where it declines."""
+    if offs is None or m_indices is not None:
+        return None
+    native = runtime.native_ops(a, b, backend)
+    check_offs = native is not None and eager and not runtime.capturing()
+    return native_or_none(native, "grouped_gemm", (a, b, a_scale, b_scale, offs, check_offs), out, out_dtype)
 
 
 # --- torch.library ops: what torch.compile and graph capture see -------------------------------------------------
@@ -175,14 +181,9 @@ def grouped_gemm_masked(a, b, a_scale, b_scale, masked_m, *, expected_m: int | N
             return out
         return _ops.grouped_gemm_masked(a, b, a_scale, b_scale, masked_m, hint, out_dtype or torch.bfloat16,
                                         backend or "")  # fmt: skip
-    native = runtime.native_ops(a, b, backend) if out is None or out_dtype is None else None
-    if native is not None and (out is not None or out_dtype in (None, torch.bfloat16, torch.float32)):
-        try:  # one C++ call where the backend's native op takes it, else the planner
-            if out is None:
-                return native.grouped_gemm_masked(a, b, a_scale, b_scale, masked_m, hint, out_dtype is torch.float32)
-            native.grouped_gemm_masked_out(a, b, a_scale, b_scale, masked_m, hint, out)
-            return out
-        except RuntimeError as error:
-            reraise_unless_miss(error)
+    native = runtime.native_ops(a, b, backend)  # one C++ call where the backend's native op takes it
+    got = native_or_none(native, "grouped_gemm_masked", (a, b, a_scale, b_scale, masked_m, hint), out, out_dtype)
+    if got is not None:
+        return got
     plan = plan_grouped(GROUPED_MASKED, a, b, a_scale, b_scale, masked_m, out, out_dtype, backend, eager=False)
     return run_grouped(plan, a, b, masked_m, out, hint)

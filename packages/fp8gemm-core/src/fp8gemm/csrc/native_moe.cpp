@@ -1,6 +1,6 @@
 // An arch package's fused_experts and grouped GEMMs (offs or masked) as torch dispatcher ops in C++ (see
-// native_ops.cpp): the steady-state call in one C++ call, the same entries, buffers and bits as the Python steps (fp8gemm/moe_steps.py,
-// fp8gemm/launch.py's run_grouped); anything else raises an error starting with kMiss for the Python planner.
+// native_ops.cpp): the steady-state call in one C++ call, the same entries, buffers and bits as the Python steps
+// (fp8gemm/moe_steps.py, fp8gemm/launch.py's run_grouped); anything else raises kMiss for the Python planner.
 #include <torch/csrc/stable/library.h>
 
 #include "fp8gemm/linear_steps.hpp"  // align16
@@ -117,6 +117,23 @@ Tensor fused_experts(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w13,
   return out;
 }
 
+// Per-group row ends or counts: int32 [groups] on `device`, contiguous (the kernels read a plain array).
+void need_group_rows(const Tensor& rows, int64_t groups, int32_t device, const char* what) {
+  need(rows.is_cuda() && rows.get_device_index() == device && rows.scalar_type() == ScalarType::Int &&
+           rows.dim() == 1 && rows.size(0) == groups && rows.is_contiguous(), what);
+}
+
+// A grouped GEMM's out [.., rows, n]: bf16 or fp32 on `device`, rows contiguous and 16-byte aligned; its row stride
+// (elements) and element size.
+std::pair<int64_t, int64_t> out_rows(const Tensor& out, int64_t n, int32_t device) {
+  const ScalarType t = out.scalar_type();
+  const int64_t size = t == ScalarType::Float ? 4 : 2, ldo = row_stride(out);
+  need((t == ScalarType::BFloat16 || t == ScalarType::Float) && out.is_cuda() && out.get_device_index() == device,
+       "out dtype or device");
+  need(out.stride(out.dim() - 1) == 1 && ldo >= n && (ldo * size) % 16 == 0 && aligned16(out), "out layout");
+  return {ldo, size};
+}
+
 // out[g, r] = a[g, r] @ b[g]^T for r < masked_m[g] (fp8gemm.grouped_gemm_masked): a [G, M_max, K] with MN-major
 // scales per group, b [G, N, K] with K-major block scales; rows past masked_m[g] are neither computed nor written.
 void masked_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
@@ -135,14 +152,9 @@ void masked_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const 
            b_scale.size(2) == k / 128, "b_scale shape");
   const auto a_lds = group_scale_lds(a_scale, device, false, g.entries.a_scale_ld_multiple, "a_scale layout");
   const auto b_lds = group_scale_lds(b_scale, device, true, g.b_scale_ld_multiple, "b_scale layout");
-  need(masked_m.is_cuda() && masked_m.get_device_index() == device && masked_m.scalar_type() == ScalarType::Int &&
-           masked_m.dim() == 1 && masked_m.size(0) == groups && masked_m.is_contiguous(), "masked_m");
-  const ScalarType t = out.scalar_type();
-  const int64_t size = t == ScalarType::Float ? 4 : 2, ldo = row_stride(out);
-  need((t == ScalarType::BFloat16 || t == ScalarType::Float) && out.is_cuda() && out.get_device_index() == device,
-       "out dtype or device");
-  need(out.stride(2) == 1 && ldo >= n && (ldo * size) % 16 == 0 && (groups == 1 || (out.stride(0) * size) % 16 == 0) &&
-           aligned16(out), "out layout");
+  need_group_rows(masked_m, groups, device, "masked_m");
+  const auto [ldo, size] = out_rows(out, n, device);
+  need(groups == 1 || (out.stride(0) * size) % 16 == 0, "out layout");
   // One group's stride is never applied, and torch reports any value for a dim of size 1: the size of its rows
   // instead, a multiple of 16 bytes as every stride a backend is handed (fp8gemm/launch.py group_stride).
   const int64_t lda = row_stride(a), ldb = row_stride(b);
@@ -154,7 +166,7 @@ void masked_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const 
       address(a), address(b), address(a_scale), address(b_scale), address(out), workspace,
       address(masked_m), m, n, k, groups, lda, ldb, ldo, a_lds.first, b_lds.first, a_gs, b_gs, out_gs,
       a_lds.second, b_lds.second, expected_m, fp8gemm::kGroupedMasked,
-      t == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
+      out.scalar_type() == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
 }
 
 Tensor grouped_gemm_masked(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor masked_m, int64_t expected_m,
@@ -210,20 +222,15 @@ void contiguous_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, co
   need(b_scale.dim() == 3 && b_scale.size(0) == groups && b_scale.size(1) == (n + 127) / 128 &&
            b_scale.size(2) == k / 128, "b_scale shape");
   const auto b_lds = group_scale_lds(b_scale, device, true, g.b_scale_ld_multiple, "b_scale layout");
-  need(offs.is_cuda() && offs.get_device_index() == device && offs.scalar_type() == ScalarType::Int &&
-           offs.dim() == 1 && offs.size(0) == groups && offs.is_contiguous(), "offs");
-  const ScalarType t = out.scalar_type();
-  const int64_t size = t == ScalarType::Float ? 4 : 2, ldo = row_stride(out);
-  need((t == ScalarType::BFloat16 || t == ScalarType::Float) && out.is_cuda() && out.get_device_index() == device,
-       "out dtype or device");
-  need(out.stride(1) == 1 && ldo >= n && (ldo * size) % 16 == 0 && aligned16(out), "out layout");
+  need_group_rows(offs, groups, device, "offs");
+  const int64_t ldo = out_rows(out, n, device).first;
   const int64_t ldb = row_stride(b), b_gs = groups == 1 ? n * ldb : b.stride(0);
   const auto [buffer, workspace] =
       workspace_of(device, g.entries.grouped_workspace_bytes(fp8gemm::kGroupedContiguous, m, n, k, groups));
   g.entries.grouped_launch(fp8gemm::GroupedArgs{
       address(a), address(b), address(a_scale), address(b_scale), address(out), workspace, address(offs), m, n, k,
       groups, lda, ldb, ldo, a_scale_ld, b_lds.first, 0, b_gs, 0, 0, b_lds.second, 0, fp8gemm::kGroupedContiguous,
-      t == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
+      out.scalar_type() == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
 }
 
 // check_offs: an eager call outside CUDA-graph capture, whose offs the host reads first (the Python wrapper knows).
