@@ -92,6 +92,24 @@ def test_peers_that_cannot_run_here_are_reported_with_the_reason():
     assert set(missing) == {train_moe_peers.TORCHAO, train_moe_peers.K_DEEPGEMM, train_moe_peers.K_DEEPGEMM_GEMM}
 
 
+def test_deepgemm_operands_are_laid_out_as_its_own_test_lays_them_out():
+    """Each expert's codes [rows, k_e] K-major one after another, an empty expert left out, and the scales the
+    transpose of a contiguous [sum k_e / 128, rows] (MN-major: DeepGEMM reads them in place, transposes nothing)."""
+    gen = torch.Generator().manual_seed(0)
+    dy, x = torch.randn(300, 256, generator=gen).bfloat16(), torch.randn(300, 384, generator=gen).bfloat16()
+    ops = train_moe_peers.kgrouped_operands(dy, x, torch.tensor([100, 100, 300], dtype=torch.int32))
+    blocks = train_moe_peers.expert_blocks(ops)
+    assert blocks == [(0, 1), (1, 0), (2, 2)]
+    data, scales = train_moe_peers._pack_k_major(ops.a_t, ops.a_scale_t, blocks)
+    assert data.shape == (256 * 128 * 3,) and scales.shape == (256, 3) and scales.stride() == (1, 256)
+    cols = [*range(0, 128), *range(256, 512)]  # expert 0's block, expert 2's two
+    assert torch.equal(scales, ops.a_scale_t[:, [0, 2, 3]])
+    assert torch.equal(
+        data.view(torch.uint8),
+        torch.cat([ops.a_t[:, c].reshape(-1) for c in (cols[:128], cols[128:])]).view(torch.uint8),
+    )
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [

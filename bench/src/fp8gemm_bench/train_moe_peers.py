@@ -139,17 +139,25 @@ def _k_ours(ops: KGroupedOperands):
 
 
 def _pack_k_major(q_t: torch.Tensor, scale_t: torch.Tensor, blocks: list[tuple[int, int]]):
-    """DeepGEMM sm90's k-grouped operand: each expert's padded [rows, k_e] K-major, flattened one after another, and
-    the scales [rows, sum k_e / 128]; the experts' 128-token padding is what its caller lays out."""
+    """DeepGEMM sm90's k-grouped operand as its own test lays it out (DeepGEMM 54e2261, tests/generators.py:459-473):
+    each expert's padded [rows, k_e] codes K-major, flattened one after another, and the fp32 scales [rows, sum k_e /
+    128] as the transpose of a contiguous [sum k_e / 128, rows], i.e. MN-major, which DeepGEMM reads in place. Scales
+    in any other layout it transposes inside every call with a kernel built for sum k_e / 128 (its shared memory grows
+    with it: past ~907 blocks the launch fails). The experts' 128-token padding is what its caller lays out."""
     data = torch.cat([q_t[:, BLOCK * b : BLOCK * (b + n)].reshape(-1) for b, n in blocks if n])
-    scales = torch.cat([scale_t[:, b : b + n] for b, n in blocks if n], dim=1)
+    scales = torch.cat([scale_t[:, b : b + n].t() for b, n in blocks if n]).t()
     return data, scales
 
 
 def _deepgemm(ops: KGroupedOperands, pad_in_time: bool):
+    """``k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_tensor, c=d, recipe=(1, 1, 128))`` as
+    DeepGEMM's test_k_grouped_gemm_contiguous calls it on sm90: ks the per-expert K (multiples of 128, 0 for an empty
+    expert) on the host, ks_tensor the same as int32 on the device (what its scheduler reads), float32 D = C + A B^T."""
     dg = deep_gemm_module()
     if not hasattr(dg, "k_grouped_fp8_gemm_nt_contiguous"):
         raise ImportError("this deep_gemm has no k_grouped_fp8_gemm_nt_contiguous")
+    if ops.a_t.dtype != torch.float8_e4m3fn or ops.b_t.dtype != torch.float8_e4m3fn:  # it reads e4m3, checks none
+        raise TypeError(f"DeepGEMM's sm90 k-grouped kernel reads float8_e4m3fn codes, these are {ops.a_t.dtype}")
     blocks = expert_blocks(ops)
     ks = [BLOCK * n for _, n in blocks]
     ks_tensor = torch.tensor(ks, dtype=torch.int32, device=ops.a_t.device)
@@ -158,7 +166,7 @@ def _deepgemm(ops: KGroupedOperands, pad_in_time: bool):
 
     def gemm():
         d.zero_()  # it computes D = C + A B^T with C = D: the zeroing is part of a written gradient
-        dg.k_grouped_fp8_gemm_nt_contiguous(packed[0], packed[1], d, ks, ks_tensor, d)
+        dg.k_grouped_fp8_gemm_nt_contiguous(packed[0], packed[1], d, ks, ks_tensor, d, recipe=(1, 1, 128))
         return d
 
     def padded_then_gemm():
