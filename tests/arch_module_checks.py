@@ -15,12 +15,16 @@ from fp8gemm.protocol import GROUPED_ARGS, GROUPED_CONTIGUOUS, GROUPED_MASKED, G
 MAX_SIZE = 2**31 - 257  # fp8gemm/grouped_launch.hpp kGroupedMaxSize: the largest m, n, k or groups
 ONE = {"m": 1, "n": 128, "k": 128, "groups": 1, "layout": GROUPED_CONTIGUOUS}
 SIZES = "m = {m}, n = {n}, k = {k}, groups = {groups}: each must lie in [0, 2^31 - 256)"
-# Fields of a grouped launch (null pointers: none gets past the checks to the device), the words of its refusal.
-REFUSED = [
-    ({"layout": GROUPED_ROW_IDS}, "layout 2 is not supported (contiguous and masked are)"),
-    ({"layout": -1}, "layout -1 is not supported (contiguous and masked are)"),
-    *(({name: value}, None) for name in ("m", "n", "k", "groups") for value in (-1, MAX_SIZE + 1)),
-]
+# Fields of a grouped launch (null pointers: none gets past the checks to the device), the words of its refusal: an
+# arch whose kernel walks row ids (fp8gemm/grouped_launch.hpp's row_ids) takes layout 2 and names it among its layouts.
+LAYOUTS_TAKEN = {False: "contiguous and masked are", True: "contiguous, masked and row ids are"}
+SIZES_REFUSED = [({name: value}, None) for name in ("m", "n", "k", "groups") for value in (-1, MAX_SIZE + 1)]
+
+
+def refused(row_ids: bool) -> list[tuple[dict, str | None]]:
+    taken = LAYOUTS_TAKEN[row_ids]
+    layouts = [-1, GROUPED_ROW_IDS + 1] + ([] if row_ids else [GROUPED_ROW_IDS])
+    return [({"layout": layout}, f"layout {layout} is not supported ({taken})") for layout in layouts] + SIZES_REFUSED
 
 
 def load_extension(path: Path) -> ModuleType:
@@ -37,18 +41,22 @@ def grouped_args(**fields: int) -> int:
     return GROUPED_ARGS.pack(*(values.get(name, 0) for name in GROUPED_ARGS.fields))
 
 
-def check_grouped_refusals(module: ModuleType, package: str, tiles_on_host: bool) -> None:
-    """Each of REFUSED raises ValueError "<package>: grouped_launch: <words>"; the largest sizes and any empty launch
-    pass the checks and return before the device (n = 0: nothing to write). ``tiles_on_host``: the arch counts its
-    plan's tiles without a device query, so a launch of 2^31 tiles or more is refused here too."""
-    for fields, words in REFUSED:
+def check_grouped_refusals(module: ModuleType, package: str, tiles_on_host: bool, row_ids: bool = False) -> None:
+    """Each of :func:`refused` raises ValueError "<package>: grouped_launch: <words>"; the largest sizes and any empty
+    launch pass the checks and return before the device (n = 0: nothing to write). ``tiles_on_host``: the arch counts
+    its plan's tiles without a device query, so a launch of 2^31 tiles or more is refused here too. ``row_ids``: its
+    kernel takes the row-ids layout (an empty launch of it passes too)."""
+    for fields, words in refused(row_ids):
         words = words or SIZES.format(**{**ONE, **fields})
         with pytest.raises(ValueError, match=re.escape(f"{package}: grouped_launch: {words}")):
             module.grouped_launch(grouped_args(**fields))
-    for empty in ({"m": 0}, {"n": 0}, {"groups": 0}, {"m": MAX_SIZE, "k": MAX_SIZE, "groups": MAX_SIZE, "n": 0}):
+    empties = [{"m": 0}, {"n": 0}, {"groups": 0}, {"m": MAX_SIZE, "k": MAX_SIZE, "groups": MAX_SIZE, "n": 0}]
+    for empty in empties + [{**e, "layout": GROUPED_ROW_IDS} for e in empties] * row_ids:
         module.grouped_launch(grouped_args(**empty))
     assert module.grouped_workspace_bytes(GROUPED_MASKED, MAX_SIZE, 128, 128, 8) == 0
     if tiles_on_host:
-        many = {"m": MAX_SIZE, "groups": MAX_SIZE, "layout": GROUPED_MASKED}
-        with pytest.raises(ValueError, match=rf"{package}: grouped_launch: \d+ x 1 tiles: one launch takes fewer"):
-            module.grouped_launch(grouped_args(**many))
+        # masked: M_max rows for each group; row ids: one group, but up to a run per row, each a tile of its own
+        many = [{"m": MAX_SIZE, "groups": MAX_SIZE, "layout": GROUPED_MASKED}]
+        for fields in many + [{"m": MAX_SIZE, "layout": GROUPED_ROW_IDS}] * row_ids:
+            with pytest.raises(ValueError, match=rf"{package}: grouped_launch: \d+ x 1 tiles: one launch takes fewer"):
+                module.grouped_launch(grouped_args(**fields))

@@ -16,7 +16,15 @@ import pytest
 import torch
 from arch_module_checks import check_grouped_refusals
 from fp8gemm import registry
-from fp8gemm.protocol import KGROUPED_WGRAD_ARGS, MN_MAJOR, OUT_FP32, ScaleLayout
+from fp8gemm.protocol import (
+    GROUPED_CONTIGUOUS,
+    GROUPED_MASKED,
+    GROUPED_ROW_IDS,
+    KGROUPED_WGRAD_ARGS,
+    MN_MAJOR,
+    OUT_FP32,
+    ScaleLayout,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from isa import ROOT, build_wheel, exported_symbols, needed_libraries, require_tool
@@ -187,7 +195,7 @@ def test_backend_registers_and_is_chosen_for_an_mi300x(gfx942_dir, gfx942_module
 
 def test_grouped_launch_refuses_on_the_host_what_the_core_header_refuses(gfx942_module):
     """fp8gemm/grouped_launch.hpp: the size and tile bounds every arch shares, in one message format."""
-    check_grouped_refusals(gfx942_module, "fp8gemm-rocm-gfx942", tiles_on_host=True)
+    check_grouped_refusals(gfx942_module, "fp8gemm-rocm-gfx942", tiles_on_host=True, row_ids=True)
 
 
 @settings(max_examples=300, deadline=None)
@@ -198,16 +206,48 @@ def test_grouped_grid_has_a_row_tile_for_every_split(gfx942_module, sizes, tail,
     m, groups = sum(sizes) + tail, len(sizes)
     if m == 0:
         return
-    plan = gfx942_module.grouped_plan(False, m, 4096, groups, hint)
+    plan = gfx942_module.grouped_plan(GROUPED_CONTIGUOUS, m, 4096, groups, hint)
     bm, (gx, gy) = plan["block_m"], plan["grid"]
     assert gx == 32 and bm == (32 if (hint or -(-m // groups)) <= 32 else 128)
     assert sum(-(-rows // bm) for rows in sizes) <= gy <= -(-m // bm) + groups - 1
     ones = min(groups, m) - 1
     worst = [1] * ones + [m - ones]  # single rows (a tile each), then the rest
     assert sum(-(-rows // bm) for rows in worst) <= gy
-    masked = gfx942_module.grouped_plan(True, m, 4096, groups, hint)
+    masked = gfx942_module.grouped_plan(GROUPED_MASKED, m, 4096, groups, hint)
     per = -(-m // masked["block_m"])
     assert masked["tiles_per_group"] == per and masked["grid"] == (32, groups * per)
+
+
+def row_id_tiles(ids: list[int], groups: int, block_m: int) -> list[tuple[int, int]]:
+    """The row tiles csrc/grouped.hip row_ids_tile walks, as (first row, end): each run of one id in [0, groups) in
+    consecutive rows cut into block_m rows from its first row; other ids none."""
+    tiles, start = [], 0
+    for r in range(1, len(ids) + 1):
+        if r == len(ids) or ids[r] != ids[start]:
+            if 0 <= ids[start] < groups:
+                tiles += [(t, min(t + block_m, r)) for t in range(start, r, block_m)]
+            start = r
+    return tiles
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(1, 300), st.integers(-2, 9)), min_size=1, max_size=120),
+       groups=st.integers(1, 8), hint=st.integers(0, 64))  # fmt: skip
+def test_grouped_grid_has_a_row_tile_for_any_row_ids(gfx942_module, runs, groups, hint):
+    """Row ids: the grid covers the tiles of any ids (the host never reads them): ceil(m / BM) + m - 1 row tiles, as
+    each run adds at most one partial tile; the tile height is the contiguous layout's, and ids sorted by group take as
+    many tiles as the same groups through cumulative ends."""
+    ids = [i for length, i in runs for _ in range(length)]
+    m = len(ids)
+    plan = gfx942_module.grouped_plan(GROUPED_ROW_IDS, m, 4096, groups, hint)
+    bm, (gx, gy) = plan["block_m"], plan["grid"]
+    contiguous = gfx942_module.grouped_plan(GROUPED_CONTIGUOUS, m, 4096, groups, hint)
+    assert gx == 32 and bm == contiguous["block_m"] and gy == -(-m // bm) + m - 1
+    assert len(row_id_tiles(ids, groups, bm)) <= gy
+    assert len(row_id_tiles(list(range(m)), m, bm)) == m <= gy  # a run per row
+    sizes = [ids.count(g) for g in range(groups)]
+    ordered = [g for g in range(groups) for _ in range(sizes[g])]
+    assert len(row_id_tiles(ordered, groups, bm)) == sum(-(-rows // bm) for rows in sizes)
 
 
 def test_kernels_also_compile_against_the_hip_runtime_headers(tmp_path):

@@ -4,8 +4,9 @@ emulator, driven through the protocol's GROUPED_ARGS as the core packs them: eve
 region, so a row the kernel must not write, or any element outside ``out``, shows up. Contiguous splits (empty
 groups, groups smaller than a tile, one group with every row, M off the tile grid), masked groups with every
 masked_m from 0 to M_max, out-of-range group_rows values, both tile configs, bf16 and fp32 out; each call is one
-launch of the kernel. Then the core's grouped ops (fp8gemm.grouped_gemm, grouped_gemm_masked) and their conformance
-suite on the emulated backend."""
+launch of the kernel (row ids: test_gfx942_emulation_grouped_row_ids.py). Then the core's grouped ops
+(fp8gemm.grouped_gemm with offs or m_indices, grouped_gemm_masked) and their conformance suite on the emulated
+backend."""
 
 from __future__ import annotations
 
@@ -192,12 +193,18 @@ def check(p: Problem, x: Inputs, buffer: torch.Tensor, dtype: torch.dtype) -> No
 @pytest.mark.parametrize("problem", PROBLEMS, ids=[p.id for p in PROBLEMS])
 def test_grouped_against_float64_per_group(problem, dtype, emulator, mi300x):
     print(f"{problem.id}: seed {problem.seed}, group_rows {problem.group_rows}")
-    x = make_inputs(problem)
-    buffer, out = guarded_out(problem, dtype)
-    launches, dense = emulator.grouped_launches, emulator.launches
-    launch(mi300x, problem, x, out)
-    assert (emulator.grouped_launches, emulator.launches) == (launches + 1, dense)  # one grouped launch, no loop
+    x, buffer = launch_once(emulator, mi300x, problem, dtype)
     check(problem, x, buffer, dtype)
+
+
+def launch_once(emulator, backend, p, dtype: torch.dtype, layout: int | None = None) -> tuple[Inputs, torch.Tensor]:
+    """``p``'s inputs and its guarded out, after exactly one grouped launch (no dense one) of ``layout``."""
+    x = make_inputs(p)
+    buffer, out = guarded_out(p, dtype)
+    launches, dense = emulator.grouped_launches, emulator.launches
+    launch(backend, p, x, out, layout)
+    assert (emulator.grouped_launches, emulator.launches) == (launches + 1, dense)  # one grouped launch, no loop
+    return x, buffer
 
 
 def test_problems_cover_the_cases_they_name():
@@ -226,15 +233,19 @@ def test_the_oracle_check_can_fail(emulator, mi300x):
         check(p, x, buffer, torch.float32)
 
 
-def test_row_ids_layout_is_refused_with_a_clear_error(emulator, mi300x):
-    assert mi300x.grouped_layouts == (GROUPED_CONTIGUOUS, GROUPED_MASKED)
+def test_layouts_it_takes_and_refuses(emulator, mi300x):
+    """Contiguous, masked and row ids (tests/test_gfx942_emulation_grouped_row_ids.py); any other layout is refused
+    with what it takes, before anything is written."""
+    assert mi300x.grouped_layouts == (GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS)
     p = CONTIGUOUS[0]
     x = make_inputs(p)
     buffer, out = guarded_out(p, torch.float32)
-    with pytest.raises(
-        test_gfx942_emulation.gfx942_emulator.EmulationError, match="grouped_launch: layout 2 is not supported"
-    ):
-        launch(mi300x, p, x, out, layout=GROUPED_ROW_IDS)
+    for layout in (GROUPED_ROW_IDS + 1, -1):
+        with pytest.raises(
+            test_gfx942_emulation.gfx942_emulator.EmulationError,
+            match=rf"grouped_launch: layout {layout} is not supported \(contiguous, masked and row ids are\)",
+        ):
+            launch(mi300x, p, x, out, layout=layout)
     assert torch.isnan(buffer).all()
 
 
@@ -257,12 +268,12 @@ CORE_CASES = conformance_grouped.cases("cpu", n_random=6)  # random splits from 
 
 @pytest.mark.parametrize("case", CORE_CASES, ids=[c.id for c in CORE_CASES])
 def test_core_grouped_conformance(case, emulator, mi300x):
-    """The core's suite through fp8gemm.grouped_gemm / grouped_gemm_masked: contiguous and masked cases run the
-    kernel, once each; m_indices (a layout this backend leaves to the reference) runs none."""
+    """The core's suite through fp8gemm.grouped_gemm / grouped_gemm_masked: every layout (offs, m_indices, masked)
+    runs the kernel, once a case with rows."""
     launches = emulator.grouped_launches
     result = conformance_grouped.run_case(case, "cpu", FP8, mi300x.name)
     assert result.passed, f"{case.id}: rel. err {result.rel_err:.3e} {result.detail}"
-    assert emulator.grouped_launches == launches + (case.layout != "m_indices" and case.m > 0)
+    assert emulator.grouped_launches == launches + (case.m > 0)
 
 
 @pytest.mark.parametrize("bad", conformance_grouped.BAD_INPUTS, ids=[b.id for b in conformance_grouped.BAD_INPUTS])

@@ -52,6 +52,11 @@ def test_suite_covers_the_contract():
     assert any(c.m % 128 and c.m > 128 for c in contiguous) and any(c.tail for c in contiguous)
     assert any(sum(c.rows) == 0 and c.tail for c in contiguous)  # no row written at all
     assert any(c.layout == "m_indices" and c.tail for c in fixed)  # -1 rows
+    row_ids = [c for c in fixed if c.layout == "m_indices"]
+    assert any(c.order == "sorted" and c.m > sum(c.rows) + c.tail for c in row_ids)  # DeepGEMM's -1 padding
+    assert any(not c.order and len(c.rows) > 1 for c in row_ids)  # rows in a random order
+    assert any(sum(c.rows) == 0 and c.tail for c in row_ids) and any(c.m == 1 for c in row_ids)
+    assert any(c.m > 2 * 256 and not c.order for c in row_ids)  # more than one row per work-item of a workgroup
     every = [c for c in fixed if c.layout == "masked" and sorted(c.rows) == list(range(c.m_max + 1))]
     assert every and every[0].rows != tuple(sorted(every[0].rows))  # masked_m 0..M_max, not in order
     assert any(c.layout == "masked" and c.m_max > 128 for c in fixed)

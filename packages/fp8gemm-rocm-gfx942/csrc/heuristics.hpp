@@ -56,7 +56,7 @@ inline Geometry wgrad_geometry(int64_t m, int64_t n, int64_t k) {
 }
 
 // Grouped GEMMs (grouped.hip), one launch, no split-K: 32-row tiles when the groups are decode-sized
-// (fp8gemm::grouped_rows_hint), else 128; the grid is N tiles x fp8gemm::grouped_row_tiles.
+// (fp8gemm::grouped_rows_hint), else 128; the grid is N tiles x the row tiles of fp8gemm::grouped_layout_grid.
 struct GroupedGeometry {
   TileConfig config;
   int block_m;
@@ -64,8 +64,8 @@ struct GroupedGeometry {
   int64_t tiles_per_group;  // masked only
 };
 
-inline GroupedGeometry grouped_geometry(bool masked, int64_t m, int64_t n, int64_t groups, int64_t expected_m) {
-  const fp8gemm::GroupedGrid g = fp8gemm::grouped_grid(masked, m, n, groups, expected_m, 32, 128, kBlockN);
+inline GroupedGeometry grouped_geometry(int layout, int64_t m, int64_t n, int64_t groups, int64_t expected_m) {
+  const fp8gemm::GroupedGrid g = fp8gemm::grouped_layout_grid(layout, m, n, groups, expected_m, 32, 128, kBlockN);
   return {g.small ? TileConfig::M32 : TileConfig::M128, g.block_m, g.n_tiles, g.row_tiles, g.tiles_per_group};
 }
 

@@ -102,9 +102,8 @@ void kgrouped_wgrad_launch(const fp8gemm::KGroupedWgradArgs& args) {
 }
 
 void grouped_launch(const fp8gemm::GroupedArgs& args) {
-  if (!fp8gemm::grouped_launch_has_work(args, kPackage)) return;
-  const GroupedGeometry g = grouped_geometry(args.layout == fp8gemm::kGroupedMasked, args.m, args.n, args.groups,
-                                             args.expected_m);
+  if (!fp8gemm::grouped_launch_has_work(args, kPackage, /*row_ids=*/true)) return;
+  const GroupedGeometry g = grouped_geometry(args.layout, args.m, args.n, args.groups, args.expected_m);
   fp8gemm::check_grouped_tiles(g.grid_y, g.grid_x, 0, kPackage);
   check(enqueue_grouped(fp8gemm::grouped_params(args, g.tiles_per_group, g.grid_y), g, reinterpret_cast<void*>(args.stream)), "grouped GEMM kernel launch");
 }

@@ -10,8 +10,8 @@ using namespace fp8gemm_gfx942;
 namespace {
 
 py::dict build_info() { return fp8gemm::build_info(
-      "MFMA 32x32x16 fp8 (e4m3fnuz), LDS double buffering, split-K for small M; grouped (contiguous, masked) in one "
-      "launch; weight gradient (1x128 B scales per column, fp32 out added into), dense or per expert in one launch; "
+      "MFMA 32x32x16 fp8 (e4m3fnuz), LDS double buffering, split-K for small M; grouped (contiguous, masked, row ids) in "
+      "one launch; weight gradient (1x128 B scales per column, fp32 out added into), dense or per expert in one launch; "
       "quantization with a transpose (one read), dense or per expert"); }
 
 // The launch geometry launch() would use, for tests of the host-side tiling logic without a GPU.
@@ -27,8 +27,8 @@ py::dict plan(int64_t m, int64_t n, int64_t k, int cus) {
 }
 
 // The grouped launch geometry, for tests of its row-tile bound without a GPU.
-py::dict grouped_plan(bool masked, int64_t m, int64_t n, int64_t groups, int64_t expected_m) {
-  const GroupedGeometry g = grouped_geometry(masked, m, n, groups, expected_m);
+py::dict grouped_plan(int layout, int64_t m, int64_t n, int64_t groups, int64_t expected_m) {
+  const GroupedGeometry g = grouped_geometry(layout, m, n, groups, expected_m);
   py::dict d;
   d["block_m"] = g.block_m;
   d["grid"] = py::make_tuple(g.grid_x, g.grid_y);
@@ -50,6 +50,6 @@ PYBIND11_MODULE(_C, m) {
                                                        sizeof(fp8gemm::NativeTrainingEntries), &quantize_transposed,
                                                        &wgrad_launch, &wgrad_workspace_bytes, kWgradBScaleLdMultiple};
   fp8gemm::define_native_training_entries(m, &training);
-  m.def("grouped_plan", &grouped_plan, "Grouped launch geometry for (masked, m, n, groups, expected_m)");
+  m.def("grouped_plan", &grouped_plan, "Grouped launch geometry for (layout, m, n, groups, expected_m)");
   m.def("plan", &plan, "Launch geometry for (m, n, k) on a GPU with `cus` compute units");
 }

@@ -22,6 +22,7 @@ from ..reference import BLOCK, oracle
 from .conformance import DEFAULT_SEED, TOLERANCE, case_seed, random_fp8, random_scales
 
 LAYOUTS = ("offs", "m_indices", "masked")
+M_ALIGN = 128  # DeepGEMM's contiguous layout pads each expert's rows with -1 rows to a multiple of this
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,7 @@ class GroupedCase:
     preallocated_out: bool = True  # out= (else the functional call)
     prepared: bool = False  # b_scale through prepare_weight_scale, a and a_scale from quantize_activation
     strides: str = ""  # one of STRIDES: operands as a view with strides a kernel cannot take as they are
+    order: str = ""  # m_indices: "" rows in a random order; "sorted": by expert, each padded with -1 rows to M_ALIGN
 
     @property
     def groups(self) -> int:
@@ -44,7 +46,11 @@ class GroupedCase:
 
     @property
     def m(self) -> int:
-        return self.m_max if self.layout == "masked" else sum(self.rows) + self.tail
+        rows = self.padded_rows() if self.order == "sorted" else self.rows
+        return self.m_max if self.layout == "masked" else sum(rows) + self.tail
+
+    def padded_rows(self) -> list[int]:
+        return [-(-rows // M_ALIGN) * M_ALIGN for rows in self.rows]
 
     @property
     def id(self) -> str:
@@ -53,7 +59,7 @@ class GroupedCase:
         shape += f"-mmax{self.m_max}" if self.layout == "masked" else ""
         flags = [str(self.out_dtype).removeprefix("torch."), "colscale" if self.col_major_scales else "rowscale"]
         flags += ["functional"] * (not self.preallocated_out) + ["prepared"] * self.prepared
-        flags += [self.strides] * bool(self.strides)
+        flags += [self.strides] * bool(self.strides) + [self.order] * bool(self.order)
         return f"{shape}-{self.n}x{self.k}-" + "-".join(flags)
 
 
@@ -92,6 +98,22 @@ EXTRA_CASES = [
     GroupedCase("masked", (1,), 48, 256, m_max=1, prepared=True, preallocated_out=False),
     GroupedCase("masked", (3,), 144, 128, m_max=3, prepared=True),
     GroupedCase("offs", (7,), 16, 256, prepared=True),
+    # m_indices as DeepGEMM's contiguous layout passes it (sorted, -1 padding), every row -1, one row, and rows in a
+    # random order over more than one row per work-item of a 256-thread workgroup.
+    GroupedCase("m_indices", (4, 0, 9, 2), 144, 256, tail=3, order="sorted"),
+    GroupedCase(
+        "m_indices",
+        (130, 1, 0, 40),
+        48,
+        384,
+        order="sorted",
+        out_dtype=torch.float32,
+        col_major_scales=True,
+        preallocated_out=False,
+    ),  # fmt: skip
+    GroupedCase("m_indices", (0, 0, 0), 16, 128, tail=5),
+    GroupedCase("m_indices", (1,), 272, 128, out_dtype=torch.float32),
+    GroupedCase("m_indices", (300, 0, 150, 60), 32, 256, tail=20, prepared=True),
 ]
 
 
@@ -203,6 +225,11 @@ def make_inputs(case: GroupedCase, fp8_dtype: torch.dtype, device, gen: torch.Ge
         group_rows = torch.tensor(case.rows, device=device).cumsum(0)
     elif case.layout == "masked":
         group_rows = torch.tensor(case.rows, device=device)
+    elif case.order == "sorted":
+        ids = []
+        for g, (size, rows) in enumerate(zip(case.rows, case.padded_rows(), strict=True)):
+            ids += [g] * size + [-1] * (rows - size)
+        group_rows = torch.tensor(ids + [-1] * case.tail, device=device)
     else:
         ids = torch.tensor([i for i, size in enumerate(case.rows) for _ in range(size)] + [-1] * case.tail)
         group_rows = ids[torch.randperm(m, generator=torch.Generator().manual_seed(gen.initial_seed()))].to(device)

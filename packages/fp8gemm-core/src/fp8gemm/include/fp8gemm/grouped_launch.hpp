@@ -18,11 +18,13 @@ constexpr int64_t kGroupedMaxSize = int64_t{INT_MAX} - 256;
   throw std::invalid_argument(std::string(package) + ": grouped_launch: " + what);
 }
 
-// Whether the launch has output to write (m, n and groups all non-zero); refuses a layout other than contiguous
-// or masked, and an m, n, k or groups outside [0, 2^31 - 256). group_rows is the device's to clamp.
-inline bool grouped_launch_has_work(const GroupedArgs& a, const char* package) {
-  if (a.layout != kGroupedContiguous && a.layout != kGroupedMasked)
-    refuse_grouped(package, "layout " + std::to_string(a.layout) + " is not supported (contiguous and masked are)");
+// Whether the launch has output to write (m, n and groups all non-zero); refuses a layout other than contiguous,
+// masked and, where the arch's kernel walks them (`row_ids`), row ids, and an m, n, k or groups outside
+// [0, 2^31 - 256). group_rows is the device's to clamp.
+inline bool grouped_launch_has_work(const GroupedArgs& a, const char* package, bool row_ids = false) {
+  if (a.layout != kGroupedContiguous && a.layout != kGroupedMasked && (!row_ids || a.layout != kGroupedRowIds))
+    refuse_grouped(package, "layout " + std::to_string(a.layout) + " is not supported (" +
+                                (row_ids ? "contiguous, masked and row ids are)" : "contiguous and masked are)"));
   for (const int64_t size : {a.m, a.n, a.k, a.groups})
     if (size < 0 || size > kGroupedMaxSize)
       refuse_grouped(package, "m = " + std::to_string(a.m) + ", n = " + std::to_string(a.n) + ", k = " +
