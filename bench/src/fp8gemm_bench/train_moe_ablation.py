@@ -161,9 +161,9 @@ def plot(report: dict, path: Path) -> None:
 
     env, runs, base = report["environment"], report["runs"], report["summary"]["of"]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), height_ratios=[2, 1], sharex=True)
-    reference = train_run._smooth(runs[base]["losses"])
+    reference = train_run.smooth_losses(runs[base]["losses"])
     for mode, r in runs.items():
-        curve = train_run._smooth(r["losses"])
+        curve = train_run.smooth_losses(r["losses"])
         steps = range(1, len(curve) + 1)
         top.plot(steps, curve, label=mode, linewidth=1.1)
         bottom.plot(steps, [x / y for x, y in zip(curve, reference, strict=False)], linewidth=1.1)

@@ -282,7 +282,7 @@ def run_throughput(device, *, batch: int = THROUGHPUT_BATCH, seq: int = THROUGHP
     return report
 
 
-def _smooth(values: list[float], window: int = 20) -> list[float]:
+def smooth_losses(values: list[float], window: int = 20) -> list[float]:
     out, total = [], 0.0
     for i, v in enumerate(values):
         total += v
@@ -306,7 +306,7 @@ def plot(report: dict, path: Path) -> None:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), height_ratios=[3, 1], sharex=True)
         for mode, run in runs.items():
             steps = range(1, len(run["losses"]) + 1)
-            line = top.plot(steps, _smooth(run["losses"]), label=mode, linewidth=1.2)[0]
+            line = top.plot(steps, smooth_losses(run["losses"]), label=mode, linewidth=1.2)[0]
             top.plot(steps, run["losses"], color=line.get_color(), alpha=0.2, linewidth=0.5)
         top.set_ylabel("training loss (nats per byte)")
         top.legend(fontsize=8)
@@ -317,7 +317,7 @@ def plot(report: dict, path: Path) -> None:
         top.set_title(f"{m.get('name', 'byte-level Llama')}, {size}, Python stdlib source: {title}", fontsize=8)
         if all(mode in runs for mode in MODES):
             n = min(len(runs[mode]["losses"]) for mode in MODES)
-            a, b = _smooth(runs[FP8]["losses"][:n]), _smooth(runs[BF16]["losses"][:n])
+            a, b = smooth_losses(runs[FP8]["losses"][:n]), smooth_losses(runs[BF16]["losses"][:n])
             bottom.plot(range(1, n + 1), [x / y for x, y in zip(a, b, strict=True)], color="black", linewidth=1)
             bottom.axhline(1.0, color="gray", linewidth=0.6)
         bottom.set_ylabel("loss ratio FP8 / bf16")
