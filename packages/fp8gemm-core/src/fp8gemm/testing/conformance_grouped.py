@@ -101,16 +101,7 @@ EXTRA_CASES = [
     # m_indices as DeepGEMM's contiguous layout passes it (sorted, -1 padding), every row -1, one row, and rows in a
     # random order over more than one row per work-item of a 256-thread workgroup.
     GroupedCase("m_indices", (4, 0, 9, 2), 144, 256, tail=3, order="sorted"),
-    GroupedCase(
-        "m_indices",
-        (130, 1, 0, 40),
-        48,
-        384,
-        order="sorted",
-        out_dtype=torch.float32,
-        col_major_scales=True,
-        preallocated_out=False,
-    ),  # fmt: skip
+    GroupedCase("m_indices", (130, 1, 0, 40), 48, 384, order="sorted", out_dtype=torch.float32, preallocated_out=False),
     GroupedCase("m_indices", (0, 0, 0), 16, 128, tail=5),
     GroupedCase("m_indices", (1,), 272, 128, out_dtype=torch.float32),
     GroupedCase("m_indices", (300, 0, 150, 60), 32, 256, tail=20, prepared=True),
