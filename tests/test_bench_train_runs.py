@@ -234,4 +234,5 @@ def test_fsdp2_of_the_moe_model_on_two_cpu_ranks_matches_one_device(tmp_path):
         assert shards[name]["global"] == shape and shards[name]["local"] == [shape[0] // train_fsdp.WORLD, *shape[1:]]
         assert shards[name]["placements"] in (["S(0)"], ["Shard(dim=0)"])
     assert len(fsdp["losses"]) == len(report["one_device"]["losses"]) == train_fsdp.SMOKE_RUN["steps"]
-    assert report["summary"]["within_tolerance"] and report["summary"]["max_rel_diff"] <= train_fsdp.TOLERANCE
+    assert report["one_device"]["micro_batches"] == train_fsdp.WORLD  # the ranks' shares: the same FP8 blocks
+    assert report["summary"]["within_tolerance"] and report["summary"]["max_rel_diff"] < 1e-5  # the order of sums

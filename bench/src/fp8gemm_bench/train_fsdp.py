@@ -5,9 +5,10 @@ and batches on one GPU: the two loss curves must stay within ``TOLERANCE`` (rela
 
 Each of the two ranks takes half of every global batch (its tokens a multiple of 128, so the 128-token blocks of
 the weight gradient's quantization are the one-GPU run's); FSDP2 averages the gradients, the one-GPU run's loss is the
-mean over the whole batch, so the two compute the same step up to the order of sums. The ranks are spawned from this
-process (``torch.multiprocessing``) with ``NCCL_NVLS_ENABLE=0``. On a CPU the ranks use gloo (``--smoke``, the check of
-the harness: FSDP2 runs on CPU tensors in torch >= 2.6).
+mean over the whole batch (or over the ranks' shares as micro-batches, ``Harness.one_device_parts``), so the two
+compute the same step up to the order of sums. The ranks are spawned from this process (``torch.multiprocessing``)
+with ``NCCL_NVLS_ENABLE=0``. On a CPU the ranks use gloo (``--smoke``, the check of the harness: FSDP2 runs on CPU
+tensors in torch >= 2.6).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class Harness:
     smoke: Any
     build: Callable[..., nn.Module]  # (cfg, seed, device, dtype=) -> the model, its weights drawn on the CPU
     blocks: Callable[[nn.Module], list[nn.Module]]
+    one_device_parts: int = 1  # micro-batches of the one-device step (WORLD: each rank's share, in order)
 
 
 DENSE = Harness("fsdp2", MODEL, SMOKE, build_model, _dense_blocks)
@@ -103,7 +105,8 @@ def _optimizer(model, lr: float):
     return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
 
 
-def _train(model, opt, batches, steps: int, lr: float, part=None, reduce=None) -> tuple[list[float], float]:
+def _train(model, opt, batches, steps: int, lr: float, part=None, reduce=None, parts: int = 1):
+    """(each step's loss, seconds): ``part`` of every batch, in ``parts`` micro-batches whose gradients add up."""
     losses, start = [], time.perf_counter()
     for step in range(steps):
         for group in opt.param_groups:
@@ -111,11 +114,13 @@ def _train(model, opt, batches, steps: int, lr: float, part=None, reduce=None) -
         inputs, targets = next(batches)
         if part is not None:
             inputs, targets = inputs[part], targets[part]
-        loss = loss_fn(model, inputs, targets)
-        loss.backward()
+        loss = 0.0
+        for piece_in, piece_t in zip(inputs.chunk(parts), targets.chunk(parts), strict=True):
+            piece = loss_fn(model, piece_in, piece_t) / parts  # the mean over equal parts: the batch's mean
+            piece.backward()
+            loss = loss + piece.detach()
         opt.step()
         opt.zero_grad()
-        loss = loss.detach().clone()
         if reduce:
             reduce(loss)
         losses.append(loss.item())
@@ -193,7 +198,8 @@ def run(device, *, steps: int = STEPS, batch: int = BATCH, seq: int = SEQ, lr: f
     batches = Batches(split_corpus(data)[0], batch, seq, seed, one)
     if one.type == "cuda":
         torch.cuda.reset_peak_memory_stats(one)
-    single, seconds = _train(model, _optimizer(model, lr), batches, steps, lr)
+    parts = harness.one_device_parts
+    single, seconds = _train(model, _optimizer(model, lr), batches, steps, lr, parts=parts)
     peak = torch.cuda.max_memory_allocated(one) if one.type == "cuda" else None
     progress(f"one device: {steps} steps, loss {single[0]:.4f} -> {single[-1]:.4f} in {seconds:.1f} s")
     del model, batches
@@ -230,7 +236,13 @@ def run(device, *, steps: int = STEPS, batch: int = BATCH, seq: int = SEQ, lr: f
             "sharding": f"fully_shard on each block and the root, {WORLD} ranks, "
             f"{'NCCL' if one.type == 'cuda' else 'gloo'}; each rank half of every batch",
         },  # fmt: skip
-        "one_device": {"losses": single, "seconds": seconds, "converted": converted, "peak_memory_bytes": peak},
+        "one_device": {
+            "losses": single,
+            "seconds": seconds,
+            "converted": converted,
+            "peak_memory_bytes": peak,
+            "micro_batches": parts,
+        },
         "fsdp2": {"world": WORLD, "backend": "nccl" if one.type == "cuda" else "gloo", **fsdp},
         "summary": {
             "max_rel_diff": max(diffs),
