@@ -25,8 +25,9 @@ block is always a gap), so torch.compile and CUDA graphs see one shape per call 
 and 128x128 scales per expert, and W^T [E, K, N] with the same blocks transposed (the grouped input gradient's
 operand). The numerics are ``fp8gemm.reference``'s (docs/quantization.md); neither reads a value on the host on a GPU.
 The first is one launch of the backend's ``quantize_grouped_transposed`` entry where the backend has it (the core's
-fp8gemm/quantize_grouped_tiles.cuh, bit-identical to the reference here), else torch operations; the second is torch
-operations.
+fp8gemm/quantize_grouped_tiles.cuh, bit-identical to the reference here), else torch operations; the second is the
+dense transposing kernel (``quantize_transposed``) on a few experts at a time where N is a multiple of 128 and the
+backend has it, its W^T copied into the per-expert layout, else torch operations.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from ..autograd import refuse_grad
 from ..quantize import quantize_activation
 from ..reference import BLOCK, reciprocal, reference_quantize, scale_from_amax
 from ..validation import check_fp8_dtype, check_source
-from .quantize import Transposed, scale_t_layout
+from .quantize import Transposed, eager_quantize_transposed, scale_t_layout, transposed_kernel
 
 
 def grouped_blocks(rows: int, experts: int) -> int:
@@ -239,9 +240,41 @@ EXPERTS_CHUNK_BYTES = 1 << 30  # the float32 temporaries of the weight quantizer
 
 
 def _quantize_experts(w, fp8_dtype, pow2: bool, transpose: bool, backend: str | None):
+    """``quantize_weight`` for every expert: the backend's transposing kernel where it takes the call, else
+    :func:`_reference_experts`."""
+    dtype = experts_fp8_dtype(w.device, fp8_dtype, backend)
+    experts, n, k = w.shape
+    if n % BLOCK == 0 and w.numel() and transposed_kernel(w.device, dtype, backend) is not None:
+        return _kernel_experts(w, dtype, pow2, transpose, backend)
+    return _reference_experts(w, dtype, pow2, transpose)
+
+
+def _kernel_experts(w, dtype, pow2: bool, transpose: bool, backend: str | None):
+    """Every expert's weight through the dense transposing kernel, a few experts at a time as one [e N, K] matrix: N a
+    multiple of 128, so no 128 x 128 block spans two experts and the codes and scales are each expert's own. The
+    kernel's W^T [K, e N] is each expert's [K, N] side by side, copied into [E, K, N]."""
+    experts, n, k = w.shape
+    nb, kb = n // BLOCK, k // BLOCK
+    q = w.new_empty((experts, n, k), dtype=dtype)
+    scale = w.new_empty((experts, nb, kb), dtype=torch.float32)
+    q_t = w.new_empty((experts, k, n) if transpose else (0,), dtype=dtype)
+    scale_t = w.new_empty((experts, kb, nb) if transpose else (0,), dtype=torch.float32)
+    step = max(1, EXPERTS_CHUNK_BYTES // (n * k))
+    for first in range(0, experts, step):
+        part = slice(first, min(first + step, experts))
+        count = part.stop - first
+        t = eager_quantize_transposed(w[part].reshape(count * n, k), dtype, pow2, True, backend)
+        q[part] = t[0].view(count, n, k)
+        scale[part] = t[1].reshape(count, nb, kb)
+        if transpose:
+            q_t[part] = t[2].view(k, count, n).transpose(0, 1)
+            scale_t[part] = t[3].reshape(kb, count, nb).transpose(0, 1)
+    return q, scale, q_t, scale_t
+
+
+def _reference_experts(w, dtype, pow2: bool, transpose: bool):
     """``quantize_weight`` vectorized over experts (the same elementwise operations and block maxima), a few experts
     at a time: DeepSeek-V3's 256 w13 would otherwise take 28 GiB of float32 temporaries per step."""
-    dtype = experts_fp8_dtype(w.device, fp8_dtype, backend)
     fp8_max = check_fp8_dtype(dtype)
     experts, n, k = w.shape
     n_pad = -(-n // BLOCK) * BLOCK

@@ -53,7 +53,7 @@ def quantize_with_transpose(
     refuse_grad("training.quantize_with_transpose", ("x",), (x,))
     if torch.compiler.is_compiling():
         return Transposed(*_ops.quantize_transposed(x, fp8_dtype, pow2_scales, False, backend or ""))
-    return Transposed(*_quantize_transposed(x, fp8_dtype, pow2_scales, False, backend))
+    return Transposed(*eager_quantize_transposed(x, fp8_dtype, pow2_scales, False, backend))
 
 
 def quantize_weight_with_transpose(
@@ -68,7 +68,7 @@ def quantize_weight_with_transpose(
         raise ValueError(f"w must be 2-D [N, K], got shape {tuple(w.shape)}")
     if torch.compiler.is_compiling():
         return Transposed(*_ops.quantize_transposed(w, fp8_dtype, pow2_scales, True, ""))
-    return Transposed(*_quantize_transposed(w, fp8_dtype, pow2_scales, True, None))
+    return Transposed(*eager_quantize_transposed(w, fp8_dtype, pow2_scales, True, None))
 
 
 def scale_t_layout(backend) -> ScaleLayout:
@@ -113,6 +113,11 @@ def _plan(device: torch.device, fp8_dtype: torch.dtype | None, blocks: bool, bac
     return found
 
 
+def transposed_kernel(device: torch.device, fp8_dtype: torch.dtype | None, backend: str | None):
+    """The backend whose weight-form transposing kernel runs on ``device`` for ``fp8_dtype``, or None (the reference)."""
+    return _plan(device, fp8_dtype, True, backend).kernel
+
+
 def _outputs(x: torch.Tensor, fp8_dtype: torch.dtype | None, blocks: bool, backend: str | None, plan=None):
     """Empty outputs of one call on ``x`` (q, scale, q_t, scale_t, in the layouts of the backend for x's device) and
     that backend when its transposing kernel takes the call (else None)."""
@@ -129,7 +134,7 @@ def _outputs(x: torch.Tensor, fp8_dtype: torch.dtype | None, blocks: bool, backe
     return (q, scale, q_t, scale_t), plan.kernel if usable else None
 
 
-def _quantize_transposed(x, fp8_dtype, pow2: bool, blocks: bool, backend: str | None):
+def eager_quantize_transposed(x, fp8_dtype, pow2: bool, blocks: bool, backend: str | None):
     """Both quantizations of x (the op's eager body): the backend's one launch where it takes the call, else the
     reference written into the same layouts; the backend's native op (checks, outputs and launch in C++) where it
     takes the call."""
@@ -163,7 +168,7 @@ def _quantize_transposed(x, fp8_dtype, pow2: bool, blocks: bool, backend: str | 
 @runtime.op("quantize_transposed", "training.quantize_with_transpose", ("x",))
 def _transposed_op(x: torch.Tensor, fp8_dtype: torch.dtype | None, pow2: bool, blocks: bool,
                    backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    return _quantize_transposed(x, fp8_dtype, pow2, blocks, backend or None)
+    return eager_quantize_transposed(x, fp8_dtype, pow2, blocks, backend or None)
 
 
 @_transposed_op.register_fake
