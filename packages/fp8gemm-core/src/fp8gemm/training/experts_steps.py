@@ -114,8 +114,13 @@ def silu_and_mul_backward(d_act: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     inter = h.shape[1] // 2
     gate, up = h[:, :inter].float(), h[:, inter:].float()
     sig = torch.sigmoid(gate)
-    d_gate = d_act * up * (sig * (1 + gate * (1 - sig)))
-    return torch.cat([d_gate, d_act * (gate * sig)], dim=1)
+    out = torch.empty((h.shape[0], 2 * inter), dtype=torch.float32, device=h.device)
+    d_gate, d_up = out[:, :inter], out[:, inter:]
+    # d_gate = d_act * up * (sig * (1 + gate * (1 - sig))), d_up = d_act * (gate * sig): the same roundings in place
+    slope = torch.rsub(sig, 1).mul_(gate).add_(1).mul_(sig)
+    torch.mul(d_act, up, out=d_gate).mul_(slope)
+    torch.mul(gate, sig, out=d_up).mul_(d_act)
+    return out
 
 
 def slot_dots(y: torch.Tensor, position: torch.Tensor, dout: torch.Tensor) -> torch.Tensor:
@@ -149,7 +154,7 @@ def backward_steps(plan: MoePlan, dout, saved: Saved, w13_t, w13_scale_t, w2_t, 
     if not (needs.x or needs.w13 or needs.w2):
         return grads
     backend = plan.backend.name
-    dy = dout.float().index_select(0, saved.token) * saved.row_weight[:, None]  # zero rows for unrouted slots
+    dy = dout.index_select(0, saved.token).float().mul_(saved.row_weight[:, None])  # zero rows for unrouted slots
     dyq = _quantize(plan, dy, saved.offs)
     if needs.w2:
         grads[3] = _weight_grad(dyq.q_t, dyq.scale_t, saved.act_t, saved.act_scale_t, saved.offs, dtypes.w2, backend)
