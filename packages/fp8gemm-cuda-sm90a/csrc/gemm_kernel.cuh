@@ -12,7 +12,8 @@
 // still pair CTAs in 2-CTA clusters for placement only: the kernel never addresses its peer.
 // Grouped kernels (kType = GemmType::kGrouped, grouped.cu) are the same kernel on 3-D tensor maps whose third
 // coordinate is the group, walking the groups' tiles (scheduler.cuh GroupCursor); a warpgroup whose rows cross
-// its group's end stores directly, masked to the group's rows. Weight-gradient kernels (kType = GemmType::kWgrad,
+// its group's end stores directly, masked to the group's rows. Row ids: the producer's last warp hands out the
+// runs of m_indices (run_ring.cuh), which the roles walk as groups. Weight-gradient kernels (kType = GemmType::kWgrad,
 // wgrad_launch.cuh) take B scales per column (map_b_scale, one row of them per stage; the others get any valid map
 // there and never read it), promote each column with its own (consumer.cuh promote_columns) and store fp32 directly,
 // added into out where p.accumulate says so; k-grouped ones (GemmType::kKGroupedWgrad) take split e as expert e.
@@ -60,6 +61,7 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
       mbar_init(&smem.seg_full[b], 32);                    // every lane of the B-scale warp
       mbar_init(&smem.seg_empty[b], C::kConsumers * 128);  // every consumer thread, after its last read
     }
+    if constexpr (kType == GemmType::kGrouped) init_run_ring<C>(smem.red, p);
     mbar_init_fence();
   }
   if (threadIdx.x == C::kConsumerWGs * 128) {  // descriptors into the cache while the barriers settle
@@ -106,7 +108,7 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
       kSub > 1 ? pinned(smem_u32(smem.scales + row_in_tile)) : smem_u32(smem.scales + row_in_tile);
   Consumer<C, kCluster> consumer{smem, a_desc_base, b_desc_base, scale_addr, smem_u32(smem.seg_scales),
                                 smem_u32(smem.b_scales + 2 * (lane % 4)), lane, k_part};
-  Tiles<C, kCluster> tiles;
+  Tiles<C, kCluster> tiles(smem, false);
   for (int t = walk.first; t < walk.count; t += walk.stride) {
     if (!tiles.more(p, t)) break;
     const Tile tile = tiles.at(p, t, rank);

@@ -5,12 +5,19 @@
 // tiles, row tiles fastest (as tile_order.hpp). Its row tiles start at its first row rounded down to 4 (a TMA box of
 // A scales starts 16-byte aligned), so a tile may load rows of the group before; it stores only [lo, hi). Group ends
 // are clamped to [previous end, m] (masked: [0, m]) here, so no tile reads or writes outside A or out.
+// Row ids (seek_runs): the groups are the runs of one id in consecutive rows that the run warp hands out
+// (row_runs.hpp), in row order, each taking its tiles as a group of the contiguous layout does.
 #pragma once
 #include <cstdint>
 
 #include "tile_order.hpp"
 
 namespace fp8gemm_sm90a {
+
+// A run of rows [begin, end) of one id, `id` in [0, groups); id < 0: no run is left.
+struct RowRun {
+  int begin, end, id;
+};
 
 struct GroupTile {
   int group, m_block, n_block;
@@ -36,12 +43,26 @@ struct GroupCursor {
   // Moves to the group holding tile t (t never decreases between calls); false past the last group's tiles.
   template <class P>
   FP8GEMM_SM90A_HD bool seek(const P& p, int t) {
+    return seek_runs(p, t, [&] { return next_group(p); });
+  }
+
+  // The group after the cursor's, its rows clamped; id -1 past the last.
+  template <class P>
+  FP8GEMM_SM90A_HD RowRun next_group(const P& p) const {
+    if (group + 1 >= p.groups) return {0, 0, -1};
+    const int rows = group_rows_at(p.group_rows, group + 1), first = p.masked ? 0 : end;
+    return {first, rows < first ? first : rows > p.m ? p.m : rows, group + 1};
+  }
+
+  // As seek, over the groups next() returns in order (row ids: the runs, each inside A with an id of B; id < 0: no
+  // group is left). One walk for every layout: the kernel holds one cursor whichever it runs.
+  template <class P, class Next>
+  FP8GEMM_SM90A_HD bool seek_runs(const P& p, int t, Next&& next) {
     while (t >= first_tile + tiles) {
       first_tile += tiles, tiles = 0;
-      if (++group >= p.groups) return false;
-      const int rows = group_rows_at(p.group_rows, group);
-      begin = p.masked ? 0 : end;
-      end = rows < begin ? begin : rows > p.m ? p.m : rows;
+      const RowRun run = next();
+      if (run.id < 0) return false;
+      group = run.id, begin = run.begin, end = run.end;
       first_row = begin & ~3;
       row_tiles = end > begin ? (end - first_row + kBlockM - 1) / kBlockM : 0;
       tiles = row_tiles * ((p.n_blocks + kPairs - 1) / kPairs);
@@ -49,7 +70,7 @@ struct GroupCursor {
     return true;
   }
 
-  // Tile t of the walk, after seek(t); n_block counts tiles of kPairs N blocks.
+  // Tile t of the walk, after seek(t) or seek_runs(t); n_block counts tiles of kPairs N blocks.
   template <class P>
   FP8GEMM_SM90A_HD GroupTile tile(const P& p, int t) const {
     constexpr int kPanel = 16;

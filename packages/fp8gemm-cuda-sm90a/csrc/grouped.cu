@@ -1,6 +1,7 @@
 // Host side of the grouped GEMMs: checks the sizes (fp8gemm/grouped_launch.hpp), picks the tile
 // (heuristics.hpp grouped_plan_for), encodes 3-D tensor maps whose third coordinate is the group and launches the
-// grouped kernel (gemm_kernel with GemmType::kGrouped) once on the caller's stream.
+// grouped kernel (gemm_kernel with GemmType::kGrouped) once on the caller's stream. Row ids (m_indices) take the
+// contiguous layout's maps, with the runs found on the device (run_ring.cuh): no read of the ids here.
 #include <utility>
 
 #include "fp8gemm/grouped_launch.hpp"
@@ -61,13 +62,13 @@ void launch_grouped_index(int index, const fp8gemm::GroupedArgs& a, const Params
 }  // namespace
 
 void grouped_launch_tile(const fp8gemm::GroupedArgs& args, int tile_index) {
-  if (!fp8gemm::grouped_launch_has_work(args, kDevices.package())) return;
-  const bool masked = args.layout == fp8gemm::kGroupedMasked;
+  if (!fp8gemm::grouped_launch_has_work(args, kDevices.package(), /*row_ids=*/true)) return;
+  const bool masked = args.layout == fp8gemm::kGroupedMasked, row_ids = args.layout == fp8gemm::kGroupedRowIds;
   const int dev = kDevices.current();
   const int sms = kDevices.sm_count(dev);
   const GroupedPlan plan =
-      tile_index < 0 ? grouped_plan_for(masked, args.m, args.n, args.k, args.groups, args.expected_m, sms)
-                     : grouped_plan_with(kGroupedTiles[tile_index], masked, args.m, args.n, args.groups, sms);
+      tile_index < 0 ? grouped_plan_for(masked, args.m, args.n, args.k, args.groups, args.expected_m, sms, row_ids)
+                     : grouped_plan_with(kGroupedTiles[tile_index], masked, args.m, args.n, args.groups, sms, row_ids);
   fp8gemm::check_grouped_tiles(plan.row_tiles, plan.n_blocks, plan.grid, kDevices.package());
   Params p{};
   p.out = reinterpret_cast<void*>(args.out);
@@ -78,7 +79,7 @@ void grouped_launch_tile(const fp8gemm::GroupedArgs& args, int tile_index) {
   p.kb_per_split = p.k / kBlockK, p.splits = 1;
   p.m_blocks = static_cast<int>(plan.row_tiles), p.n_blocks = static_cast<int>(plan.n_blocks);
   p.group_rows = reinterpret_cast<const int32_t*>(args.group_rows);
-  p.groups = static_cast<int>(args.groups), p.masked = masked;
+  p.groups = static_cast<int>(args.groups), p.masked = masked, p.row_ids = row_ids;
   p.sb_gs = args.b_scale_group_stride, p.out_gs = masked ? args.out_group_stride : 0;
   launch_grouped_index(grouped_tile_index(plan.tile), args, p, plan, reinterpret_cast<cudaStream_t>(args.stream), dev,
                        std::make_integer_sequence<int, kGroupedTileCount>());

@@ -211,6 +211,7 @@ constexpr TileRate kGroupedRates[] = {{64, 128, 1, 690},   {128, 128, 1, 1120}, 
 
 // Row tiles the walk can meet. Masked: every group's tiles of M_max rows. Contiguous: a group's tiles start at its
 // first row rounded down to 4 (scheduler.cuh GroupCursor), so each non-empty group adds at most two partial tiles.
+// Row ids: each run is such a group, up to one a row (fp8gemm::grouped_segments), never counted on the host.
 inline int64_t grouped_row_tile_bound(bool masked, int64_t m, int64_t groups, int rows) {
   return masked ? groups * ceil_div(m, rows) : ceil_div(m, rows) + 2 * std::min(groups, m);
 }
@@ -224,11 +225,11 @@ constexpr double kHintSpread[] = {0.7, 0.85, 1.0, 1.15, 1.3};
 
 // The rest of a grouped plan once its tile (main loop included) is chosen: row tiles, N blocks and the grid.
 inline GroupedPlan grouped_plan_with(const TileConfig& tile, bool masked, int64_t m, int64_t n, int64_t groups,
-                                     int sm_count) {
+                                     int sm_count, bool row_ids = false) {
   GroupedPlan p{};
   p.tile = tile;
   p.n_blocks = ceil_div(n, p.tile.cols);
-  p.row_tiles = grouped_row_tile_bound(masked, m, groups, p.tile.rows);
+  p.row_tiles = grouped_row_tile_bound(masked, m, row_ids ? m : groups, p.tile.rows);
   const int cluster = p.tile.cluster;  // the grid counts whole clusters
   p.grid = std::min<int64_t>(p.row_tiles * ceil_div(p.n_blocks, cluster), sm_count / cluster) * cluster;
   return p;
@@ -237,7 +238,7 @@ inline GroupedPlan grouped_plan_with(const TileConfig& tile, bool masked, int64_
 // The candidate whose slowest modelled time over the spread is smallest, for `groups` groups of about the hinted rows
 // each (whole waves of tiles at the tile's rate); 64-row tiles only for groups of up to 64 rows (decode), where taller ones compute padding.
 inline GroupedPlan grouped_plan_for(bool masked, int64_t m, int64_t n, int64_t k, int64_t groups, int64_t expected_m,
-                                    int sm_count) {
+                                    int sm_count, bool row_ids = false) {
   const int64_t hint = std::max<int64_t>(1, fp8gemm::grouped_rows_hint(masked, m, groups, expected_m));
   TileConfig best_tile{};
   double best = 0;
@@ -253,7 +254,7 @@ inline GroupedPlan grouped_plan_for(bool masked, int64_t m, int64_t n, int64_t k
     if (best == 0 || us < best) best = us, best_tile = TileConfig{t.rows, t.cols, t.cluster, MainLoop::kTwoSets};
   }
   best_tile.loop = main_loop_for(best_tile, static_cast<int>(k / kBlockK));
-  return grouped_plan_with(best_tile, masked, m, n, groups, sm_count);
+  return grouped_plan_with(best_tile, masked, m, n, groups, sm_count, row_ids);
 }
 
 // The index of `tile` in kGroupedTiles, or -1 where no grouped kernel of that shape is compiled.

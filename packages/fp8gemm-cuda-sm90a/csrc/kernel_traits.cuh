@@ -25,6 +25,7 @@ struct Params {
   // Group g's B and B scales are at group coordinate g; its A rows, A scales and out rows at g when masked, else 0.
   const int32_t* group_rows;  // contiguous: cumulative row ends; masked: rows per group (device values, clamped)
   int groups, masked;
+  int row_ids;  // grouped: group_rows holds each row's id (m of them): tiles walk its runs (run_ring.cuh)
   int64_t sb_gs, out_gs;  // group strides (elements) of the B scales and of out (masked; k-grouped: per expert)
   int accumulate;         // weight-gradient kernels: out += the product (else out = it)
   // K-grouped weight-gradient kernels: split e is expert e of `groups`, its K blocks from group_rows (the cumulative
@@ -34,6 +35,10 @@ struct Params {
 // The most experts a k-grouped weight-gradient launch takes: their clamped token ends sit in shared memory
 // (fp8gemm::kKGroupedMaxExperts, asserted equal in wgrad_launch.cuh).
 constexpr int kKGroupedExperts = 2048;
+
+// Grouped kernels' row ids: the runs in flight from the run warp to the roles (run_ring.cuh), in smem.red.
+constexpr int kRunSlots = 32;
+constexpr int kRunRingBytes = kRunSlots * (2 * 8 + 4 * 4);
 
 // B-scale segments: the B scales of up to kSegKb K blocks of a tile (two 128-row blocks of N), double
 // buffered, behind a full and an empty barrier each.
@@ -79,8 +84,11 @@ struct KernelTraits {
   static_assert(!kWgrad || (!kOverlap && kCluster == 1) || (!kOverlap && pairs_along_n(kRows)),
                 "weight-gradient kernels: the one-set loop; clusters pair N blocks (each CTA its own B scales)");
   static constexpr int kConsumerWGs = kConsumers * kSplitWG;
-  // The split warpgroup's sums; k-grouped weight-gradient kernels: the experts' token ends (no stage less).
-  static constexpr int kRedBytes = kSplitK ? 128 * (kBlockN / 2) * 4 : kKGrouped ? kKGroupedExperts * 4 : 0;
+  // The split warpgroup's sums; k-grouped weight-gradient kernels: the experts' token ends (no stage less); grouped
+  // kernels: the row-id runs' ring (no stage less either).
+  static constexpr int kRedBytes = kSplitK     ? 128 * (kBlockN / 2) * 4
+                                   : kKGrouped ? kKGroupedExperts * 4
+                                   : kGemm == GemmType::kGrouped ? kRunRingBytes : 0;
   static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12, kWgrad);
   static_assert(!kSplitK || (kConsumers == 1 && kSub == 1 && kCluster == 1 && kBlockN <= kBlockK),
                 "K split over warpgroups: 64-row two-set tiles");

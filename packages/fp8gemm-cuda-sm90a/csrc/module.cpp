@@ -32,8 +32,8 @@ std::string compiled_tiles() {
 pybind11::dict build_info() {
   pybind11::dict info = fp8gemm::build_info(
       "wgmma m64nNk32 e4m3 (N 16..192, multiples of 16), TMA + mbarrier pipeline, warp-specialised, persistent, "
-      "tile chosen by a wave model, split-K for small M; grouped (contiguous, masked) in one persistent launch; "
-      "weight gradient (1x128 B scales per column, fp32 out added into) on the one-set kernels");
+      "tile chosen by a wave model, split-K for small M; grouped (contiguous, masked, row ids) in one persistent "
+      "launch; weight gradient (1x128 B scales per column, fp32 out added into) on the one-set kernels");
   info["tiles"] = compiled_tiles();
   return info;
 }

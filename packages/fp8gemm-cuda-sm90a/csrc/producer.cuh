@@ -1,7 +1,8 @@
 // The producer warpgroup (the kernel's last). Warp 0: the TMA thread, filling the stage ring with A, B and
 // A's scales. Warp 1 (one-set loop): the B-scale warp, writing each tile's B scales into shared-memory
 // segments ahead of the consumers (a warp of its own, so its lanes load a segment's scales at once: one
-// load latency per segment). Warp 2 (256-row tiles): the store warp, issuing the consumers' TMA stores.
+// load latency per segment). Warp 2 (256-row tiles): the store warp, issuing the consumers' TMA stores. Warp 3
+// (grouped kernels on row ids): the run warp (run_ring.cuh).
 #pragma once
 
 #include "epilogue.cuh"
@@ -89,7 +90,7 @@ template <class C, int kCluster>
 __device__ __forceinline__ void store_tiles(const SharedStorage<C>& smem, const CUtensorMap* map_out, const Params& p,
                                             TileWalk walk, int rank, int lane) {
   const bool issuer = lane == 0;
-  Tiles<C, kCluster> tiles;
+  Tiles<C, kCluster> tiles(smem, true);
   for (int t = walk.first; t < walk.count; t += walk.stride) {
     if (!tiles.more(p, t)) break;
     const Tile tile = tiles.at(p, t, rank);
@@ -119,11 +120,17 @@ __device__ __forceinline__ void run_producer(const SharedStorage<C>& smem, const
                                              TileWalk walk, int rank, int kb_total) {
   regs_decrease<C::kProducerRegs>();
   const int producer_warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  if constexpr (C::kType == GemmType::kGrouped) {
+    if (producer_warp == 3) {
+      if (p.row_ids) scan_runs(smem.red, p, lane);
+      return;
+    }
+  }
   const bool tma_thread = producer_warp == 0 && (C::kElectedProducer ? elect_one() : lane == 0);
   if (tma_thread || (C::kSegmentScalesB && producer_warp == 1)) {
     Ring<C::kStages> ring;
     int seg = 0;  // B-scale segments written so far
-    Tiles<C, kCluster> tiles;
+    Tiles<C, kCluster> tiles(smem, true);
     for (int t = walk.first; t < walk.count; t += walk.stride) {
       if (!tiles.more(p, t)) break;
       const Tile tile = tiles.at(p, t, rank);
