@@ -3,6 +3,7 @@ fields, its case lists and operands, and its command-line mistakes. No timing is
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -121,9 +122,18 @@ def test_the_timer_warms_up_and_takes_the_median():
         (["--train-run", "--smoke", "--shapes", "256,256,256"], "--shapes goes with --train"),
         (["--train", "--smoke", "--resume"], "--resume goes with --train and --json"),
         (["--train", "--smoke", "--quick"], "--quick and --decode go with --moe"),
+        (["--train", "--models", "qwen3-30b-a3b"], "--models goes with --moe or --train --moe"),
+        (["--train", "--moe", "--smoke", "--models", "qwen3-30b-a3b"], "--smoke times its own tiny model"),
     ],
 )
 def test_mistakes_exit_2_with_the_fix(capsys, argv, words):
     assert main(["bench", "--device", "cpu", *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_unknown_models_name_the_known_ones(capsys):
+    with pytest.raises((SystemExit, argparse.ArgumentTypeError)) as raised:
+        main(["bench", "--device", "cpu", "--moe", "--models", "qwen3,llama"])
+    text = str(raised.value) if raised.type is not SystemExit else capsys.readouterr().err
+    assert "name one or more of deepseek-v3, deepseek-v3-ep8, qwen3-30b-a3b" in text

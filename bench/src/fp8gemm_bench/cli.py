@@ -73,6 +73,16 @@ def plot_argument(text: str) -> Path:
     return output_argument(text)
 
 
+def moe_models_argument(text: str) -> tuple:
+    """``--models``: comma-separated names of the MoE benchmarks' models, or argparse's error listing them."""
+    known = {m.name: m for m in moe_bench.MODELS}
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: name one or more of {', '.join(known)}, comma-separated")
+    return tuple(known[name] for name in dict.fromkeys(names))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``fp8gemm bench``."""
     p.add_argument("--set", choices=sorted(bench.SHAPE_SETS), default="deepseek-v3", help="named shape set")
@@ -157,6 +167,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--steps", type=count_argument(1), help="with --train-run or --train-fsdp: steps of each run")
     p.add_argument("--quick", action="store_true", help="with --moe: a subset (T 1, 64, 4096; uniform routing)")
+    p.add_argument(
+        "--models",
+        type=moe_models_argument,
+        help="with --moe or --train --moe: these MoE models only, comma-separated ("
+        + ", ".join(m.name for m in moe_bench.MODELS)
+        + ")",
+    )
     p.add_argument("--decode", action="store_true", help="with --moe: the decode cases alone (T <= 64, both routings)")
     p.add_argument(
         "--resume",
@@ -176,6 +193,8 @@ def run(args) -> int:
     if sum(map(bool, modes.values())) > 1:
         chosen = [name for name, on in modes.items() if on]
         raise UsageError(f"{', '.join(chosen[:-1])} and {chosen[-1]} are separate benchmarks; run one, then the other")
+    if args.models and (not (moe_alone or args.train) or not args.moe or args.smoke):
+        raise UsageError("--models goes with --moe or --train --moe (--smoke times its own tiny model)")
     if args.train or args.train_run or args.train_fsdp:
         return _train_modes(args, device)
     if args.smoke or args.steps or args.throughput:
@@ -304,7 +323,7 @@ def _bench_train_moe(args, device: torch.device, say) -> int:
     """``--train --moe``: the experts layer's forward and backward and the k-grouped weight gradient."""
     checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
     report = train_moe_bench.run(device, smoke=args.smoke, progress=say, earlier=_earlier_report(args),
-                                 checkpoint=checkpoint, seed=args.seed)  # fmt: skip
+                                 checkpoint=checkpoint, seed=args.seed, models=args.models)  # fmt: skip
     print_train_moe_summary(report)
     return _write_outputs(args, report, _save_atomically, train_moe_bench.plot)
 
@@ -344,7 +363,7 @@ def _bench_moe(args, device: torch.device, backend: str | None) -> int:
     checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
     report = moe_bench.run(device, backend=backend, progress=lambda text: console.print(text, highlight=False),
                            earlier=earlier, checkpoint=checkpoint, seed=args.seed, quick=args.quick,
-                           decode=args.decode)  # fmt: skip
+                           decode=args.decode, models=args.models or moe_bench.MODELS)  # fmt: skip
     print_moe_summary(report)
     return _write_outputs(args, report, _save_atomically, moe_bench.plot)
 
