@@ -231,11 +231,11 @@ def test_no_register_spills(built):
 
 def test_grouped_launch_refuses_on_the_host_what_the_core_header_refuses(built):
     """fp8gemm/grouped_launch.hpp: one size bound and one message format for every arch. sm90a counts its persistent
-    grid's tiles after asking the device for its SM count, so its tile bound is past a GPU-less host's reach. sm90a's
-    kernel walks row ids (m_indices): it takes layout 2, sm120's refuses it."""
+    grid's tiles after asking the device for its SM count, so its tile bound is past a GPU-less host's reach. Both
+    kernels walk row ids (m_indices): layout 2 passes the checks."""
     package, module = built
     sm90a = package == "fp8gemm-cuda-sm90a"
-    check_grouped_refusals(load_extension(module), package, tiles_on_host=not sm90a, row_ids=sm90a)
+    check_grouped_refusals(load_extension(module), package, tiles_on_host=not sm90a, row_ids=True)
 
 
 def test_module_states_the_a_scale_layout_its_backend_reads(built):

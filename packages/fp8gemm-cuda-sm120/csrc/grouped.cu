@@ -23,11 +23,12 @@ void launch_grouped_tiles(const GroupedParams& p, const GroupedPlan& plan, cudaS
 }  // namespace
 
 void grouped_launch(const fp8gemm::GroupedArgs& args) {
-  if (!fp8gemm::grouped_launch_has_work(args, kDevices.package())) return;
-  const GroupedPlan plan = grouped_plan_for(args.layout == fp8gemm::kGroupedMasked, args.m, args.n, args.groups,
-                                            args.expected_m);
-  fp8gemm::check_grouped_tiles(plan.row_tiles, plan.grid_x, 0, kDevices.package());
+  if (!fp8gemm::grouped_launch_has_work(args, kDevices.package(), /*row_ids=*/true)) return;
+  GroupedPlan plan = grouped_plan_for(args.layout, args.m, args.n, args.groups, args.expected_m);
+  fp8gemm::check_grouped_tiles(plan.row_tiles, plan.grid_x, 0, kDevices.package());  // before any device query
   const int dev = kDevices.current();
+  if (args.layout == fp8gemm::kGroupedRowIds)  // row ids: a grid of two blocks per SM
+    plan = grouped_plan_for(args.layout, args.m, args.n, args.groups, args.expected_m, kDevices.sm_count(dev));
   const GroupedParams p = fp8gemm::grouped_params(args, plan.tiles_per_group, plan.row_tiles);
   auto stream = reinterpret_cast<cudaStream_t>(args.stream);
   if (plan.config == TileConfig::M64)

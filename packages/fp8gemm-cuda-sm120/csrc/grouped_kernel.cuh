@@ -5,20 +5,17 @@
 // The grid is N tiles x row tiles of every group. Each block maps its row tile to (group, first row, group's row
 // end) on the device from group_rows, clamped here (the host never sees them), then runs the dense kernel's
 // tile_mainloop and tile_store on that group's A, B, scales and out. A tile's rows end at its group's end: A rows
-// past it are zero-filled and never stored, so no tile writes another group's rows or outside out.
+// past it are zero-filled and never stored, so no tile writes another group's rows or outside out. Row ids: the
+// groups are the runs of one id, which each block finds in one pass over the ids (row_ids_tile.cuh).
 #pragma once
 
 #include "fp8gemm/grouped_params.hpp"
 #include "gemm_kernel.cuh"
+#include "row_ids_tile.cuh"
 
 namespace fp8gemm_sm120 {
 
 using GroupedParams = fp8gemm::GroupedParams;
-
-// A block's tile: its group (-1: none), its first row and the group's row end, in the group's view of A/out.
-struct GroupTile {
-  int group, row0, row_end;
-};
 
 __device__ __forceinline__ int clamp_rows(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
 
@@ -51,8 +48,13 @@ __global__ void __launch_bounds__(Traits<WARPS_M, STAGES>::kThreads, 1) grouped_
   using T = Traits<WARPS_M, STAGES>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int n0 = blockIdx.x * kBlockN;
+  RowIdsCursor cursor;  // row ids: the block's place in the ids, its scans' scratch in the stages' memory
   for (int tile = blockIdx.y; tile < p.row_tiles; tile += gridDim.y) {
-    const GroupTile gt = p.masked ? masked_tile<T::kBlockM>(p, tile) : contiguous_tile<T::kBlockM>(p, tile);
+    int* scratch = reinterpret_cast<int*>(smem);
+    const GroupTile gt = p.row_ids  ? row_ids_tile<T::kBlockM, T::kThreads>(p, tile, cursor, scratch)
+                         : p.masked ? masked_tile<T::kBlockM>(p, tile)
+                                    : contiguous_tile<T::kBlockM>(p, tile);
+    if (gt.group < 0 && p.row_ids) break;  // no later tile either
     if (gt.group < 0) continue;  // the same for the whole block, so no barrier is skipped by some threads only
     const int64_t g = gt.group;
     const TileIn t{p.a + g * p.a_gs, p.b + g * p.b_gs, p.a_scale + g * p.sa_gs, p.lda, p.ldb, p.sa_ld, gt.row_end, p.n};  // rows valid below the group end

@@ -1,6 +1,7 @@
 // Shape heuristics for the sm_120 kernel: which tile config, how many K splits. Kept apart from
 // the kernel so the policy reads in one place (and workspace_bytes() uses the same decision).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "fp8gemm/ceil_div.hpp"
@@ -41,8 +42,9 @@ inline int64_t workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count) {
 // Grouped GEMMs (grouped.cu), one launch, no split-K: the dense kernel's 64-row tiles when the groups are
 // decode-sized (rows per group: the caller's expected_m, else M_max when masked, else the average), else 128.
 // Row tiles: masked, tiles_per_group per group; contiguous, the most any split of m rows into `groups` groups can
-// need (each non-empty group adds at most one partial tile to ceil(m / block_m)). grid_y is capped at the CUDA
-// limit; blocks then stride over the row tiles.
+// need (each non-empty group adds at most one partial tile to ceil(m / block_m)); row ids, as many with a group a
+// row at most (fp8gemm::grouped_layout_grid). grid_y is capped at the CUDA limit; blocks then stride over the row
+// tiles. Row ids: at two blocks per SM (`sms`), as each block reads the ids once for all its tiles.
 constexpr int64_t kMaxGridY = 65535;
 
 struct GroupedPlan {
@@ -52,10 +54,15 @@ struct GroupedPlan {
   int64_t tiles_per_group;  // masked only
 };
 
-inline GroupedPlan grouped_plan_for(bool masked, int64_t m, int64_t n, int64_t groups, int64_t expected_m) {
-  const fp8gemm::GroupedGrid g = fp8gemm::grouped_grid(masked, m, n, groups, expected_m, 64, 128, kBlockN);
-  return {g.small ? TileConfig::M64 : TileConfig::M128, g.block_m, g.n_tiles,
-          g.row_tiles < kMaxGridY ? g.row_tiles : kMaxGridY, g.row_tiles, g.tiles_per_group};
+inline GroupedPlan grouped_plan_for(int layout, int64_t m, int64_t n, int64_t groups, int64_t expected_m,
+                                    int64_t sms = 0) {
+  const fp8gemm::GroupedGrid g = fp8gemm::grouped_layout_grid(layout, m, n, groups, expected_m, 64, 128, kBlockN);
+  int64_t grid_y = g.row_tiles < kMaxGridY ? g.row_tiles : kMaxGridY;
+  if (layout == fp8gemm::kGroupedRowIds && g.n_tiles > 0) {
+    const int64_t waves = (2 * std::max<int64_t>(sms, 1) + g.n_tiles - 1) / g.n_tiles;
+    grid_y = std::min(grid_y, waves);
+  }
+  return {g.small ? TileConfig::M64 : TileConfig::M128, g.block_m, g.n_tiles, grid_y, g.row_tiles, g.tiles_per_group};
 }
 
 }  // namespace fp8gemm_sm120

@@ -9,8 +9,8 @@
 namespace {
 
 pybind11::dict build_info() {
-  return fp8gemm::build_info("mma.sync m16n8k32 e4m3, ldmatrix, cp.async pipeline, split-K for small M; grouped (contiguous, masked) in "
-                             "one launch");
+  return fp8gemm::build_info("mma.sync m16n8k32 e4m3, ldmatrix, cp.async pipeline, split-K for small M; grouped "
+                             "(contiguous, masked, row ids) in one launch");
 }
 
 }  // namespace

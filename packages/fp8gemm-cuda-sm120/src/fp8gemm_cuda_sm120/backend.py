@@ -1,7 +1,15 @@
 """The backend descriptor the core loads through the ``fp8gemm.backends`` entry point."""
 
 from fp8gemm.arch_module import backend_from_module
-from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, K_MAJOR, MN_MAJOR, Backend, ScaleLayout
+from fp8gemm.protocol import (
+    GROUPED_CONTIGUOUS,
+    GROUPED_MASKED,
+    GROUPED_ROW_IDS,
+    K_MAJOR,
+    MN_MAJOR,
+    Backend,
+    ScaleLayout,
+)
 
 from . import __version__
 
@@ -10,8 +18,9 @@ def load() -> Backend:
     from . import _C  # an ImportError here is reported by `fp8gemm info`, not swallowed
 
     # A's scales: MN-major, leading dimension a multiple of the module's a_scale_ld_multiple() (csrc/module.cpp).
-    # Grouped GEMMs: contiguous and masked layouts, one launch each (csrc/grouped_kernel.cuh).
+    # Grouped GEMMs: contiguous, masked and row-id layouts, one launch each (csrc/grouped_kernel.cuh; row ids:
+    # csrc/row_ids_tile.cuh).
     return backend_from_module(_C, name="sm120", package="fp8gemm-cuda-sm120", version=__version__,
                                fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple()),
                                b_scale_layout=ScaleLayout(K_MAJOR, 1),
-                               grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED))  # fmt: skip
+                               grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS))  # fmt: skip
