@@ -11,6 +11,7 @@ Skipped without a GPU or without a backend that has the entry; on an H100/H200:
 
 from __future__ import annotations
 
+import fp8gemm
 import pytest
 import test_training_grouped_quantize
 import torch
@@ -106,3 +107,33 @@ def test_unchecked_offs_are_clamped_as_the_reference_clamps_them(backend, ends):
     _poison_allocator(8 * x.numel())
     got = grouped_quantize._kernel_grouped(kernel, x, offs, False)  # no host check of offs on this path
     _same(got, want)
+
+
+# --- every expert's weight: the dense transposing kernel on a few experts at a time -----------------------------
+
+TRANSPOSED_BACKENDS = gpu_backends_with("quantize_transposed")
+
+
+@pytest.mark.parametrize("backend", TRANSPOSED_BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("chunk_bytes", [1 << 30, 2 * 256 * 384], ids=["all-experts-at-once", "two-experts-at-a-time"])
+def test_expert_weights_bits_equal_each_experts_quantize_weight(backend, dtype, chunk_bytes, monkeypatch):
+    """quantize_experts_with_transpose through the dense kernel (N a multiple of 128) against the reference's
+    quantize_weight of each expert on the same device, with special values in one expert."""
+    monkeypatch.setattr(grouped_quantize, "EXPERTS_CHUNK_BYTES", chunk_bytes)
+    seed = 60 + DTYPES.index(dtype)
+    print(f"seed {seed}: {dtype}, {backend}")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    w = torch.randn(5, 256, 384, device="cuda", generator=gen) * torch.rand(5, 1, 1, device="cuda", generator=gen)
+    w = w.to(dtype)
+    w[3] = special_values(256, 384, dtype, "cuda", gen)
+    calls = count_calls(monkeypatch, runtime, "call_quantize_transposed")
+    native = count_calls(monkeypatch, grouped_quantize, "eager_quantize_transposed")
+    _poison_allocator(8 * w.numel())
+    got = grouped_quantize.quantize_experts_with_transpose(w, backend=backend)
+    assert native[0] == (1 if chunk_bytes > 5 * 256 * 384 else 3) and calls[0] <= native[0]
+    fp8 = got.q.dtype
+    for e in range(5):
+        q, scale = fp8gemm.quantize_weight(w[e], fp8_dtype=fp8)
+        assert _same_codes(got.q[e], q) and _same_scales(got.scale[e], scale), f"expert {e}"
+        assert _same_codes(got.q_t[e], q.t()) and _same_scales(got.scale_t[e], scale.t()), f"expert {e}"
