@@ -16,6 +16,7 @@
 #   bench-grouped  fp8gemm bench --grouped        -> grouped.json, grouped.png, grouped.txt
 #   bench-moe      fp8gemm bench --moe            -> moe.json, moe.png, moe.txt
 #   bench-train    fp8gemm bench --train          -> train.json, train.png, train.txt
+#   bench-train-moe  fp8gemm bench --train --moe  -> train_moe.json, train_moe.png, train_moe.txt
 #   train-run      fp8gemm bench --train-run, then --throughput -> train_run.*, train_tput.*; TRAIN_RUN=moe:
 #                  fp8gemm bench --train-run --moe instead (a byte-level Qwen3-MoE) -> train_run_moe.*
 #   train-fsdp     fp8gemm bench --train-fsdp (two GPUs) -> train_fsdp.*
@@ -32,7 +33,7 @@
 # shipped arch builds of this GPU, in one library).
 set -uo pipefail  # no -e: a failed step is reported and the next runs; SC2086/SC2046: word lists split on purpose
 cd "$(dirname "$0")/../.." || exit 1
-STEPS=" build peers tests check sanitize bench-gemm bench-layer bench-grouped bench-moe bench-train train-run train-fsdp models host hub ab "
+STEPS=" build peers tests check sanitize bench-gemm bench-layer bench-grouped bench-moe bench-train bench-train-moe train-run train-fsdp models host hub ab "
 [ $# -gt 0 ] || { awk 'NR > 2 && /^#/ {sub(/^# ?/, ""); print; next} NR > 2 {exit}' "$0"; exit 2; }
 for step in "$@"; do
   [[ $STEPS == *" $step "* ]] || { echo "run.sh: unknown step '$step'; the steps are:$STEPS" >&2; exit 2; }
@@ -239,6 +240,7 @@ for step in "$@"; do
     bench-grouped) bench grouped 50 --grouped ;;
     bench-moe) bench moe 60 --moe ;;
     bench-train) bench train 40 --train ;;
+    bench-train-moe) bench train_moe 40 --train --moe ;;
     train-run) train_run ;;
     train-fsdp) logged train_fsdp.txt 10 timeout "$(seconds train-fsdp 300)" fp8gemm bench --train-fsdp \
                   --json "$OUT/train_fsdp.json" --plot "$OUT/train_fsdp.png" ;;

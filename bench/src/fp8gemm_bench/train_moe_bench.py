@@ -306,6 +306,11 @@ def run(device, *, smoke: bool = False, progress=print, earlier: dict | None = N
     report["gradient_errors"] = (earlier or {}).get("gradient_errors") if rows else None
     if not report["gradient_errors"]:
         report["gradient_errors"] = gradient_errors(models, SMOKE_ERROR_T if smoke else ERROR_T, device, seed, paths)
+        for r in report["gradient_errors"]:
+            cells = [f"{n}: dx {e['dx']:.2e} dw13 {e['dw13']:.2e}" for n, e in r["rel_err"].items()]
+            progress(
+                f"gradient error at {r['tokens']} tokens, {r['model']} on {r['experts']} experts: " + "; ".join(cells)
+            )
     by_name = {m.name: m for m in models}
 
     def time_case(_: int, case: Case) -> dict:
