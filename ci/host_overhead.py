@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from fp8gemm import registry
 from fp8gemm.launch import run_linear
 from fp8gemm.plans import checked_linear_plan, fast_linear_plan
-from fp8gemm.protocol import GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS, MN_MAJOR, Backend, ScaleLayout
+from fp8gemm.protocol import ALL_GROUPED_LAYOUTS, MN_MAJOR, Backend, ScaleLayout
 from fp8gemm.registry import DeviceInfo, InstalledBackend
 from host_floor import experts_floor_calls
 from host_models import BATCHES, MODELS, TINY_BATCHES, compare_models, per_call_us
@@ -77,7 +77,7 @@ def use_null_backend() -> None:
     null = Backend(name="null", platform="cuda", targets=("sm_90a",), fp8_dtype="float8_e4m3fn", version="0",
                    launch=none, quantize=none, linear=none, linear_workspace_bytes=lambda *a: 0,
                    a_scale_layout=ScaleLayout(MN_MAJOR, 4), grouped_launch=none,
-                   grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS),
+                   grouped_layouts=ALL_GROUPED_LAYOUTS,
                    grouped_workspace_bytes=lambda *a: 0, moe_workspace_bytes=lambda *a: 0, **moe_steps)  # fmt: skip
     patch = pytest.MonkeyPatch()
     installed = (InstalledBackend("null = tool", "tool", null, None),)

@@ -193,7 +193,7 @@ def run(args) -> int:
     if sum(map(bool, modes.values())) > 1:
         chosen = [name for name, on in modes.items() if on]
         raise UsageError(f"{', '.join(chosen[:-1])} and {chosen[-1]} are separate benchmarks; run one, then the other")
-    if args.models and (not (moe_alone or args.train) or not args.moe or args.smoke):
+    if args.models and (not args.moe or args.train_run or args.train_fsdp or args.smoke):
         raise UsageError("--models goes with --moe or --train --moe (--smoke times its own tiny model)")
     if args.train or args.train_run or args.train_fsdp:
         return _train_modes(args, device)

@@ -110,6 +110,7 @@ MIRRORS = (LAUNCH_ARGS, QUANTIZE_ARGS, LINEAR_ARGS, GROUPED_ARGS, *MOE_MIRRORS, 
 GROUPED_CONTIGUOUS = 0  # rows grouped by expert; group_rows: int32 [groups] cumulative row ends
 GROUPED_MASKED = 1  # [groups, m, k]; group_rows: int32 [groups] rows computed per group
 GROUPED_ROW_IDS = 2  # group_rows: int32 [m] each row's group, -1 for a row not written
+ALL_GROUPED_LAYOUTS = (GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS)  # what a complete grouped kernel takes
 
 # What fused_experts' step kernels take (fp8gemm/moe_steps.cuh).
 MOE_MAX_EXPERTS = 1024  # kMoeMaxExperts

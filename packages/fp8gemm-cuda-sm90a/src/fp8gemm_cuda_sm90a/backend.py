@@ -1,15 +1,7 @@
 """The backend descriptor the core loads through the ``fp8gemm.backends`` entry point."""
 
 from fp8gemm.arch_module import backend_from_module
-from fp8gemm.protocol import (
-    GROUPED_CONTIGUOUS,
-    GROUPED_MASKED,
-    GROUPED_ROW_IDS,
-    K_MAJOR,
-    MN_MAJOR,
-    Backend,
-    ScaleLayout,
-)
+from fp8gemm.protocol import ALL_GROUPED_LAYOUTS, K_MAJOR, MN_MAJOR, Backend, ScaleLayout
 
 from . import __version__
 
@@ -24,7 +16,7 @@ def load() -> Backend:
     return backend_from_module(_C, name="sm90a", package="fp8gemm-cuda-sm90a", version=__version__,
                                fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple()),
                                b_scale_layout=ScaleLayout(K_MAJOR, 1), priority=10,
-                               grouped_layouts=(GROUPED_CONTIGUOUS, GROUPED_MASKED, GROUPED_ROW_IDS),
+                               grouped_layouts=ALL_GROUPED_LAYOUTS,
                                wgrad_b_scale_layout=_wgrad_b_scale_layout(_C))  # fmt: skip
 
 

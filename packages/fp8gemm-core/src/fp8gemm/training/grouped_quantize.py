@@ -255,16 +255,20 @@ def _kernel_experts(w, dtype, pow2: bool, transpose: bool, backend: str | None):
     kernel's W^T [K, e N] is each expert's [K, N] side by side, copied into [E, K, N]."""
     experts, n, k = w.shape
     nb, kb = n // BLOCK, k // BLOCK
-    q = w.new_empty((experts, n, k), dtype=dtype)
+    step = max(1, EXPERTS_CHUNK_BYTES // (n * k))
+    # one launch for every expert: its codes are q as they are (only W^T and the small scales are copied)
+    q = None if step >= experts else w.new_empty((experts, n, k), dtype=dtype)
     scale = w.new_empty((experts, nb, kb), dtype=torch.float32)
     q_t = w.new_empty((experts, k, n) if transpose else (0,), dtype=dtype)
     scale_t = w.new_empty((experts, kb, nb) if transpose else (0,), dtype=torch.float32)
-    step = max(1, EXPERTS_CHUNK_BYTES // (n * k))
     for first in range(0, experts, step):
         part = slice(first, min(first + step, experts))
         count = part.stop - first
         t = eager_quantize_transposed(w[part].reshape(count * n, k), dtype, pow2, True, backend)
-        q[part] = t[0].view(count, n, k)
+        if q is None:
+            q = t[0].view(count, n, k)
+        else:
+            q[part] = t[0].view(count, n, k)
         scale[part] = t[1].reshape(count, nb, kb)
         if transpose:
             q_t[part] = t[2].view(k, count, n).transpose(0, 1)
