@@ -93,17 +93,14 @@ struct TileRows {
   int transpose;
 };
 
-// The tile of rows `rows` and k block kb. `tile` is the workgroup's shared TransposeTile. A thread loads its 8 rows at
-// once (rows from `end` on as zeros: zero codes, no effect on a maximum) and makes two passes over them in registers:
-// the first takes the maxima (and writes the activations' q), the second writes the codes scaled as the maxima decided.
-template <class Arch, int kIn>
-FP8GEMM_TILE_FN void quantize_tile_rows(const QuantizeTransposedParams& p, const TileRows& rows, int64_t kb, int tid,
-                                    TransposeTile& tile) {
+// A thread's 8 rows of the tile of rows `rows` and k block kb, as loaded (rows from `end` on as zeros: zero codes, no
+// effect on a maximum). A CUDA arch may fill them another way (cp.async ahead of time, fp8gemm/cuda/quantize.cuh).
+template <int kIn>
+FP8GEMM_TILE_FN void load_tile_rows(const QuantizeTransposedParams& p, const TileRows& rows, int64_t kb, int tid,
+                                    RawRow<kIn> (&raw)[kTileRowsPerThread]) {
   constexpr int kInBytes = kIn == kInFP32 ? 4 : 2;
-  const int lane = tid % kQuantLanes, group = tid / kQuantLanes;
-  const int64_t row0 = rows.first + group * kTileRowsPerThread, col = kb * kQuantBlock + lane * kQuantElems, rb = rows.block;
-  const uint8_t* src = p.x + row0 * p.ldx_bytes + col * kInBytes;
-  RawRow<kIn> raw[kTileRowsPerThread];
+  const int64_t row0 = rows.first + (tid / kQuantLanes) * kTileRowsPerThread;
+  const uint8_t* src = p.x + row0 * p.ldx_bytes + (kb * kQuantBlock + (tid % kQuantLanes) * kQuantElems) * kInBytes;
   FP8GEMM_UNROLL_ROWS
   for (int i = 0; i < kTileRowsPerThread; ++i) {
     if (row0 + i < rows.end) {
@@ -112,6 +109,16 @@ FP8GEMM_TILE_FN void quantize_tile_rows(const QuantizeTransposedParams& p, const
       for (uint32_t& w : raw[i].w) w = 0;
     }
   }
+}
+
+// The tile of rows `rows` and k block kb from each thread's loaded rows. `tile` is the workgroup's shared TransposeTile.
+// Two passes over the rows in registers: the first takes the maxima (and writes the activations' q), the second writes
+// the codes scaled as the maxima decided.
+template <class Arch, int kIn>
+FP8GEMM_TILE_FN void quantize_loaded_rows(const QuantizeTransposedParams& p, const TileRows& rows, int64_t kb, int tid,
+                                          TransposeTile& tile, const RawRow<kIn> (&raw)[kTileRowsPerThread]) {
+  const int lane = tid % kQuantLanes, group = tid / kQuantLanes;
+  const int64_t row0 = rows.first + group * kTileRowsPerThread, col = kb * kQuantBlock + lane * kQuantElems, rb = rows.block;
   float col_amax[kQuantElems];
   for (int j = 0; j < kQuantElems; ++j) col_amax[j] = 0.f;
   FP8GEMM_UNROLL_ROWS
@@ -187,6 +194,15 @@ FP8GEMM_TILE_FN void quantize_tile_rows(const QuantizeTransposedParams& p, const
     dst[0] = lo;
     dst[1] = hi;
   }
+}
+
+// The tile of rows `rows` and k block kb, loaded and quantized.
+template <class Arch, int kIn>
+FP8GEMM_TILE_FN void quantize_tile_rows(const QuantizeTransposedParams& p, const TileRows& rows, int64_t kb, int tid,
+                                        TransposeTile& tile) {
+  RawRow<kIn> raw[kTileRowsPerThread];
+  load_tile_rows<kIn>(p, rows, kb, tid, raw);
+  quantize_loaded_rows<Arch, kIn>(p, rows, kb, tid, tile, raw);
 }
 
 // The dense tile (row block rb, k block kb): rows rb*128 .. +127 of x, those below m.
