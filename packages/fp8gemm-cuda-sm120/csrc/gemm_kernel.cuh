@@ -2,7 +2,8 @@
 //
 // out[m, n] = sum_kb scale_a[m, kb] * scale_b[n / 128, kb] * sum_{k in kb} a[m, k] * b[n, k]
 //
-// One block computes a kBlockM x 128 tile (tile_mainloop, tile_store: grouped_kernel.cuh runs them per expert). K advances 128 at a time (one scale block per pipeline
+// One block computes a kBlockM x 128 tile (tile_mainloop, tile_store: grouped_kernel.cuh runs them per expert,
+// wgrad_kernel.cuh with a B scale per column). K advances 128 at a time (one scale block per pipeline
 // stage): cp.async brings A, B and the A scales of stage s + STAGES - 1 while stage s is multiplied;
 // the MMA accumulates a 128-deep partial in fp32, then it is "promoted" into the running total with
 // both scales. Operand tiles in shared memory are XOR-swizzled by 16-byte chunk so that ldmatrix
@@ -19,7 +20,9 @@ namespace fp8gemm_sm120 {
 
 using Params = fp8gemm::GemmParams;
 
-template <int WARPS_M, int STAGES>
+// kColumnScales (the weight-gradient kernel, wgrad_kernel.cuh): each stage also holds the B scales of the tile's 128
+// columns for its K block, one per column (1 x 128 along K on both operands).
+template <int WARPS_M, int STAGES, bool kColumnScales = false>
 struct Traits {
   static constexpr int kWarpsN = 4;
   static constexpr int kThreads = WARPS_M * kWarpsN * 32;
@@ -29,7 +32,8 @@ struct Traits {
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kScaleBytes = kBlockM * 4;
-  static constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes;
+  static constexpr int kColumnScaleBytes = kColumnScales ? kBlockN * 4 : 0;
+  static constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes + kColumnScaleBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes;
   static_assert(kSmemBytes <= 99 * 1024, "sm_120 allows at most 99 KB of shared memory per block");
 };
@@ -79,9 +83,10 @@ struct TileIn {
 
 // kAlignedRows: the tile's first row is a multiple of 4 and the scale columns 16-byte aligned (the dense kernel),
 // so its A scales move 16 bytes at a time; a grouped tile starts at any row and copies them 4 bytes at a time.
-template <int WARPS_M, int STAGES, bool kAlignedRows, class Src>
+// kColumnScales: Src also has b_scale and sb_ld, the B scales per column, MN-major (b_scale[kb * sb_ld + column]).
+template <int WARPS_M, int STAGES, bool kAlignedRows, bool kColumnScales = false, class Src>
 __device__ __forceinline__ void load_stage(const Src& t, uint8_t* stage, int m0, int n0, int kb, int tid) {
-  using T = Traits<WARPS_M, STAGES>;
+  using T = Traits<WARPS_M, STAGES, kColumnScales>;
   const int64_t k_off = int64_t(kb) * kBlockK;
   uint8_t* sa_tile = stage;
   uint8_t* sb_tile = stage + T::kABytes;
@@ -112,23 +117,35 @@ __device__ __forceinline__ void load_stage(const Src& t, uint8_t* stage, int m0,
       cp_async4(s_scale + r, in ? t.a_scale + kb * t.sa_ld + g : t.a_scale, in ? 4 : 0);
     }
   }
+  if constexpr (kColumnScales) {
+    // N % 16 == 0: four columns are all inside N or all past it (zero-filled, never stored). n0 % 128 == 0 and
+    // sb_ld % 4 == 0 (kWgradBScaleLdMultiple) keep each 16-byte copy aligned.
+    float* s_col = reinterpret_cast<float*>(stage + T::kABytes + T::kBBytes + T::kScaleBytes);
+    for (int c = tid; c < kBlockN / 4; c += T::kThreads) {
+      const int col = n0 + 4 * c;
+      const bool in = col < t.n;
+      cp_async16(s_col + 4 * c, in ? t.b_scale + int64_t(kb) * t.sb_ld + col : t.b_scale, in ? 16 : 0);
+    }
+  }
 }
 
 template <int WARPS_M, int STAGES>
 using TileAcc = float[Traits<WARPS_M, STAGES>::kMmaM][Traits<WARPS_M, STAGES>::kMmaN][4];
 
 // The tile's GEMM: rows [m0, m0 + kBlockM) of t.a, columns [n0, n0 + 128) of t.b, K blocks [kb_begin, kb_begin +
-// num_kb), promoted with both scales into total. Every thread of the block calls it (it holds __syncthreads).
-template <int WARPS_M, int STAGES, bool kAlignedRows, class Src>
+// num_kb), promoted with both scales into total: b_scale_row[kb] for the whole tile, or with kColumnScales each
+// column's own (load_stage; b_scale_row unused). Every thread of the block calls it (it holds __syncthreads).
+template <int WARPS_M, int STAGES, bool kAlignedRows, bool kColumnScales = false, class Src>
 __device__ __forceinline__ void tile_mainloop(const Src& t, const float* b_scale_row, uint8_t* smem, int m0, int n0,
                                               int kb_begin, int num_kb, TileAcc<WARPS_M, STAGES>& total) {
-  using T = Traits<WARPS_M, STAGES>;
+  using T = Traits<WARPS_M, STAGES, kColumnScales>;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / T::kWarpsN, warp_n = warp % T::kWarpsN;
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < num_kb) load_stage<WARPS_M, STAGES, kAlignedRows>(t, smem + s * T::kStageBytes, m0, n0, kb_begin + s, tid);
+    if (s < num_kb)
+      load_stage<WARPS_M, STAGES, kAlignedRows, kColumnScales>(t, smem + s * T::kStageBytes, m0, n0, kb_begin + s, tid);
     cp_async_commit();
   }
 
@@ -148,11 +165,13 @@ __device__ __forceinline__ void tile_mainloop(const Src& t, const float* b_scale
     __syncthreads();  // stage `it` landed for all threads; stage `it - 1` is no longer read
     const int next = it + STAGES - 1;
     if (next < num_kb)
-      load_stage<WARPS_M, STAGES, kAlignedRows>(t, smem + (next % STAGES) * T::kStageBytes, m0, n0, kb_begin + next, tid);
+      load_stage<WARPS_M, STAGES, kAlignedRows, kColumnScales>(t, smem + (next % STAGES) * T::kStageBytes, m0, n0,
+                                                               kb_begin + next, tid);
     cp_async_commit();
 
     const uint8_t* stage = smem + (it % STAGES) * T::kStageBytes;
-    const float b_scale = __ldg(b_scale_row + kb_begin + it);
+    float b_scale = 0.0f;
+    if constexpr (!kColumnScales) b_scale = __ldg(b_scale_row + kb_begin + it);
     float acc[T::kMmaM][T::kMmaN][4] = {};
 #pragma unroll
     for (int ks = 0; ks < kBlockK / 32; ++ks) {
@@ -172,16 +191,37 @@ __device__ __forceinline__ void tile_mainloop(const Src& t, const float* b_scale
     }
     // Promotion: fold this K block's partial into the fp32 total with both scales.
     const float* s_scale = reinterpret_cast<const float*>(stage + T::kABytes + T::kBBytes);
+    if constexpr (kColumnScales) {
+      // acc * (a_scale[row] * b_scale[col]): the forward's product where the column scales repeat a block's.
+      const float* s_col = reinterpret_cast<const float*>(stage + T::kABytes + T::kBBytes + T::kScaleBytes);
+      float2 sb[T::kMmaN];  // this thread's two columns of each 8-wide MMA tile
 #pragma unroll
-    for (int mi = 0; mi < T::kMmaM; ++mi) {
-      const int r = warp_m * T::kWarpTileM + mi * 16 + (lane >> 2);
-      const float s_lo = s_scale[r] * b_scale, s_hi = s_scale[r + 8] * b_scale;
+      for (int ni = 0; ni < T::kMmaN; ++ni)
+        sb[ni] = *reinterpret_cast<const float2*>(s_col + warp_n * T::kWarpTileN + ni * 8 + (lane & 3) * 2);
 #pragma unroll
-      for (int ni = 0; ni < T::kMmaN; ++ni) {
-        total[mi][ni][0] += acc[mi][ni][0] * s_lo;
-        total[mi][ni][1] += acc[mi][ni][1] * s_lo;
-        total[mi][ni][2] += acc[mi][ni][2] * s_hi;
-        total[mi][ni][3] += acc[mi][ni][3] * s_hi;
+      for (int mi = 0; mi < T::kMmaM; ++mi) {
+        const int r = warp_m * T::kWarpTileM + mi * 16 + (lane >> 2);
+        const float sa_lo = s_scale[r], sa_hi = s_scale[r + 8];
+#pragma unroll
+        for (int ni = 0; ni < T::kMmaN; ++ni) {
+          total[mi][ni][0] += acc[mi][ni][0] * (sa_lo * sb[ni].x);
+          total[mi][ni][1] += acc[mi][ni][1] * (sa_lo * sb[ni].y);
+          total[mi][ni][2] += acc[mi][ni][2] * (sa_hi * sb[ni].x);
+          total[mi][ni][3] += acc[mi][ni][3] * (sa_hi * sb[ni].y);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int mi = 0; mi < T::kMmaM; ++mi) {
+        const int r = warp_m * T::kWarpTileM + mi * 16 + (lane >> 2);
+        const float s_lo = s_scale[r] * b_scale, s_hi = s_scale[r + 8] * b_scale;
+#pragma unroll
+        for (int ni = 0; ni < T::kMmaN; ++ni) {
+          total[mi][ni][0] += acc[mi][ni][0] * s_lo;
+          total[mi][ni][1] += acc[mi][ni][1] * s_lo;
+          total[mi][ni][2] += acc[mi][ni][2] * s_hi;
+          total[mi][ni][3] += acc[mi][ni][3] * s_hi;
+        }
       }
     }
   }

@@ -39,6 +39,21 @@ inline int64_t workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count) {
   return fp8gemm::split_workspace_bytes(plan_for(m, n, k, sm_count).split.splits, m, n);
 }
 
+// The weight-gradient GEMM (wgrad.cu): the dense tiles (64 rows for M <= 64), never split along K (an accumulated out
+// would need the splits' partials reduced into it; its hidden-by-hidden shapes fill the SMs without). Grid: N tiles x
+// M tiles (x experts for the k-grouped form).
+struct WgradPlan {
+  TileConfig config;
+  int block_m;
+  int64_t grid_x, grid_y;
+};
+
+inline WgradPlan wgrad_plan_for(int64_t m, int64_t n) {
+  const bool small_m = m <= 64;
+  const int block_m = small_m ? 64 : 128;
+  return {small_m ? TileConfig::M64 : TileConfig::M128, block_m, ceil_div(n, kBlockN), ceil_div(m, block_m)};
+}
+
 // Grouped GEMMs (grouped.cu), one launch, no split-K: the dense kernel's 64-row tiles when the groups are
 // decode-sized (rows per group: the caller's expected_m, else M_max when masked, else the average), else 128.
 // Row tiles: masked, tiles_per_group per group; contiguous, the most any split of m rows into `groups` groups can
