@@ -108,6 +108,16 @@ FP8GEMM_QFN TileRows grouped_tile_rows(const QuantizeGroupedParams& p, int64_t b
   return rows;
 }
 
+// Column-block indices that hold rows: q_t's blocks, then those of the rows past the last clamped end (the launch
+// sizes for all rows, not knowing offs). Every thread calls it; the same on each.
+template <class Arch>
+FP8GEMM_QFN int64_t grouped_blocks_used(const QuantizeGroupedParams& p, int tid, ExpertSearch& search) {
+  int64_t last_end = 0;
+  for (int64_t c0 = 0; c0 < p.experts; c0 += kQuantThreads)
+    last_end = search_chunk<Arch>(p, c0, -1, last_end, tid, search);  // block -1: no expert claims it
+  return p.blocks + (p.tiles.m - last_end + kQuantBlock - 1) / kQuantBlock;
+}
+
 // Column-block index `block` of the launch, K block kb.
 template <class Arch, int kIn>
 FP8GEMM_QFN void quantize_grouped_tile(const QuantizeGroupedParams& p, int64_t block, int64_t kb, int tid,

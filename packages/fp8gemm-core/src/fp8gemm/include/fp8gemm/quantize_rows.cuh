@@ -62,7 +62,16 @@ FP8GEMM_QFN float bits_float(uint32_t u) {
 }
 
 // max that keeps a NaN from either side (fmaxf would drop it and hide a NaN block).
-FP8GEMM_QFN float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
+// The larger of a and b, NaN if either is (which NaN, and the sign of a zero maximum, change no scale).
+FP8GEMM_QFN float nan_max(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float d;  // one instruction, where the compare-and-select costs three or four
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+#else
+  return (b > a || b != b) ? b : a;
+#endif
+}
 
 FP8GEMM_QFN float block_scale(float amax, float fp8_max, bool pow2) {
   float s = amax / fp8_max;
@@ -81,7 +90,7 @@ FP8GEMM_QFN void quantize_group(const QuantizeParams& p, int64_t row, int64_t kb
   float v[kQuantElems];
   Arch::template load8<kIn>(p.x + row * p.ldx_bytes + col * kInBytes, v);
   float amax = 0.f;
-  for (int i = 0; i < kQuantElems; ++i) amax = nan_max(amax, v[i] < 0.f ? -v[i] : v[i]);
+  for (int i = 0; i < kQuantElems; ++i) amax = nan_max(amax, __builtin_fabsf(v[i]));
   const float scale = block_scale(Arch::group_max(amax), Arch::kFp8Max, p.pow2 != 0);
   const float inv = 1.0f / scale;
   for (int i = 0; i < kQuantElems; ++i) v[i] *= inv;

@@ -86,6 +86,34 @@ FP8GEMM_QFN void unpack8(const RawRow<kIn>& r, float (&v)[kQuantElems]) {
   }
 }
 
+// __byte_perm: byte n of the result is byte (s >> 4n) & 7 of the pair (x: bytes 0-3, y: 4-7).
+FP8GEMM_QFN uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t pair = (uint64_t(y) << 32) | x;
+  uint32_t out = 0;
+  for (int n = 0; n < 4; ++n) out |= uint32_t((pair >> (8 * ((s >> (4 * n)) & 7))) & 0xffu) << (8 * n);
+  return out;
+#endif
+}
+
+// An 8 x 8 byte matrix transposed: rows[h][i] holds row i's bytes 4h .. 4h + 3; columns[j] gets column j (byte i: row
+// i). Each 4 x 4 quarter in two rounds of byte permutes (8 of them), where byte shifts took about 200 instructions.
+FP8GEMM_QFN void transpose_8x8_bytes(const uint32_t (&rows)[2][kTileRowsPerThread], uint64_t (&columns)[kQuantElems]) {
+  for (int h = 0; h < 2; ++h) {    // columns 4h .. 4h + 3
+    uint32_t quarter[2][4];        // [rows 0-3 / 4-7][column]
+    for (int r = 0; r < 2; ++r) {  // rows 4r .. 4r + 3
+      const uint32_t* q = &rows[h][4 * r];
+      const uint32_t t0 = byte_perm(q[0], q[1], 0x5140), t1 = byte_perm(q[0], q[1], 0x7362);
+      const uint32_t t2 = byte_perm(q[2], q[3], 0x5140), t3 = byte_perm(q[2], q[3], 0x7362);
+      quarter[r][0] = byte_perm(t0, t2, 0x5410), quarter[r][1] = byte_perm(t0, t2, 0x7632);
+      quarter[r][2] = byte_perm(t1, t3, 0x5410), quarter[r][3] = byte_perm(t1, t3, 0x7632);
+    }
+    for (int c = 0; c < 4; ++c) columns[4 * h + c] = (uint64_t(quarter[1][c]) << 32) | quarter[0][c];
+  }
+}
+
 // The rows one tile reads: x rows first .. first + 127 below `end` (the tile's other rows read as zeros), whose
 // transpose is q_t's column block `block` (and scale_t's); `transpose` 0 writes q alone (rows of no expert).
 struct TileRows {
@@ -127,16 +155,18 @@ FP8GEMM_TILE_FN void quantize_loaded_rows(const QuantizeTransposedParams& p, con
     unpack8<kIn>(raw[i], v);
     float r = 0.f;
     for (int j = 0; j < kQuantElems; ++j) {
-      const float a = v[j] < 0.f ? -v[j] : v[j];
+      const float a = __builtin_fabsf(v[j]);
       col_amax[j] = nan_max(col_amax[j], a);
       r = nan_max(r, a);
     }
-    if (!p.blocks && row0 + i < rows.end) {  // q: 1 x 128 along k, as quantize_rows.cuh (uniform over a row's 16 lanes)
+    if (!p.blocks) {  // q: 1 x 128 along k, as quantize_rows.cuh; the row maximum taken by every lane (converged)
       const float s = block_scale(Arch::group_max(r), Arch::kFp8Max, p.pow2 != 0);
-      const float inv = 1.0f / s;
-      for (int j = 0; j < kQuantElems; ++j) v[j] *= inv;
-      Arch::store8(p.q + (row0 + i) * p.k + col, v);
-      if (lane == 0) p.scale[(row0 + i) * p.scale_s0 + kb * p.scale_s1] = s;
+      if (row0 + i < rows.end) {
+        const float inv = 1.0f / s;
+        for (int j = 0; j < kQuantElems; ++j) v[j] *= inv;
+        Arch::store8(p.q + (row0 + i) * p.k + col, v);
+        if (lane == 0) p.scale[(row0 + i) * p.scale_s0 + kb * p.scale_s1] = s;
+      }
     }
   }
   if (!rows.transpose) return;  // uniform over the workgroup: q was its only output
@@ -167,18 +197,20 @@ FP8GEMM_TILE_FN void quantize_loaded_rows(const QuantizeTransposedParams& p, con
   } else {
     for (int j = 0; j < kQuantElems; ++j) inv[j] = tile.column_scale[lane * kQuantElems + j];
   }
-  uint64_t column_codes[kQuantElems];  // byte i: row row0 + i of column col + j
-  for (int j = 0; j < kQuantElems; ++j) column_codes[j] = 0;
+  uint32_t row_codes[2][kTileRowsPerThread];  // [columns 0-3 / 4-7][row]: the row's codes, as store8 writes them
   FP8GEMM_UNROLL_ROWS
   for (int i = 0; i < kTileRowsPerThread; ++i) {
     float v[kQuantElems];
     unpack8<kIn>(raw[i], v);
     for (int j = 0; j < kQuantElems; ++j) v[j] *= inv[j];
-    uint64_t row_codes;
-    Arch::store8(reinterpret_cast<uint8_t*>(&row_codes), v);
-    if (p.blocks && row0 + i < rows.end) Arch::store8(p.q + (row0 + i) * p.k + col, v);
-    for (int j = 0; j < kQuantElems; ++j) column_codes[j] |= ((row_codes >> (8 * j)) & 0xffu) << (8 * i);
+    uint32_t codes[2];
+    Arch::store8(reinterpret_cast<uint8_t*>(codes), v);
+    row_codes[0][i] = codes[0], row_codes[1][i] = codes[1];
+    if (p.blocks && row0 + i < rows.end)
+      *reinterpret_cast<uint64_t*>(p.q + (row0 + i) * p.k + col) = (uint64_t(codes[1]) << 32) | codes[0];
   }
+  uint64_t column_codes[kQuantElems];  // byte i: row row0 + i of column col + j
+  transpose_8x8_bytes(row_codes, column_codes);
   for (int j = 0; j < kQuantElems; ++j) {
     const int c = lane * kQuantElems + j;
     tile.codes[c][swizzled_chunk(c, group)] = column_codes[j];

@@ -47,6 +47,12 @@ inline void launch_quantize(const QuantizeArgs& args, const char* package) {
 
 struct E4m3TileArch : E4m3Arch {
   static __device__ __forceinline__ void barrier() { __syncthreads(); }
+  // The tile kernels keep whole warps converged, so the shuffles take the full mask (no per-group collective code).
+  static __device__ __forceinline__ float group_max(float v) {
+#pragma unroll
+    for (int offset = kQuantLanes / 2; offset; offset >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+  }
 };
 
 // Quantization with a transpose, dense and per expert, persistent: each workgroup takes a run of tiles t (column block
@@ -119,8 +125,8 @@ __device__ __forceinline__ void quantize_run(const QuantizeTransposedParams& p, 
 }
 
 template <int kIn>
-__global__ void __launch_bounds__(kQuantThreads, kIn == kInFP32 ? 1 : 2) quantize_transposed_kernel(QuantizeTransposedParams p, int64_t k_blocks,
-                                                                            int64_t tiles) {
+__global__ void __launch_bounds__(kQuantThreads, kIn == kInFP32 ? 1 : 2)
+    quantize_transposed_kernel(QuantizeTransposedParams p, int64_t k_blocks, int64_t tiles) {
   extern __shared__ __align__(16) uint8_t smem_bytes[];
   quantize_run<kIn>(p, k_blocks, tiles, *reinterpret_cast<TransposedSmem<kIn>*>(smem_bytes),
                     [&](int64_t rb, int) { return TileRows{rb * kQuantBlock, p.m, rb, 1}; });
@@ -128,10 +134,11 @@ __global__ void __launch_bounds__(kQuantThreads, kIn == kInFP32 ? 1 : 2) quantiz
 
 // Column-block indices: q_t's blocks, then the rows of no expert (fp8gemm/quantize_grouped_tiles.cuh).
 template <int kIn>
-__global__ void __launch_bounds__(kQuantThreads, kIn == kInFP32 ? 1 : 2) quantize_grouped_transposed_kernel(QuantizeGroupedParams p,
-                                                                                    int64_t k_blocks, int64_t tiles) {
+__global__ void __launch_bounds__(kQuantThreads, kIn == kInFP32 ? 1 : 2)
+    quantize_grouped_transposed_kernel(QuantizeGroupedParams p, int64_t k_blocks, int64_t tiles) {
   extern __shared__ __align__(16) uint8_t smem_bytes[];
   __shared__ ExpertSearch search;
+  tiles = k_blocks * grouped_blocks_used<E4m3TileArch>(p, threadIdx.x, search);  // the runs split the tiles with rows
   quantize_run<kIn>(p.tiles, k_blocks, tiles, *reinterpret_cast<TransposedSmem<kIn>*>(smem_bytes),
                     [&](int64_t block, int tid) { return grouped_tile_rows<E4m3TileArch>(p, block, tid, search); });
 }
@@ -165,33 +172,42 @@ void launch_run(const Params& p, int64_t k_blocks, int64_t tiles, cudaStream_t s
   if (err != cudaSuccess) throw std::runtime_error(std::string(what) + " kernel launch: " + cudaGetErrorString(err));
 }
 
-inline void launch_quantize_transposed(const QuantizeTransposedArgs& args, const char* package) {
-  const QuantizeTransposedParams p = quantize_transposed_params(args);
-  const int64_t k_blocks = args.k / kQuantBlock, tiles = k_blocks * ((args.m_t + kQuantBlock - 1) / kQuantBlock);
-  if (tiles == 0) return;
-  const auto stream = reinterpret_cast<cudaStream_t>(args.stream);
-  const std::string what = std::string(package) + ": quantize_transposed";
-  switch (args.in_kind) {
-    case kInBF16: launch_run<quantize_transposed_kernel<kInBF16>, kInBF16>(p, k_blocks, tiles, stream, what.c_str()); break;
-    case kInFP16: launch_run<quantize_transposed_kernel<kInFP16>, kInFP16>(p, k_blocks, tiles, stream, what.c_str()); break;
-    case kInFP32: launch_run<quantize_transposed_kernel<kInFP32>, kInFP32>(p, k_blocks, tiles, stream, what.c_str()); break;
+// The three input kinds' instances of one kernel template.
+template <template <int> class Kernel, class Params>
+void launch_by_kind(int in_kind, const Params& p, int64_t k_blocks, int64_t tiles, cudaStream_t stream,
+                    const std::string& what) {
+  switch (in_kind) {
+    case kInBF16: return launch_run<Kernel<kInBF16>::kernel, kInBF16>(p, k_blocks, tiles, stream, what.c_str());
+    case kInFP16: return launch_run<Kernel<kInFP16>::kernel, kInFP16>(p, k_blocks, tiles, stream, what.c_str());
+    case kInFP32: return launch_run<Kernel<kInFP32>::kernel, kInFP32>(p, k_blocks, tiles, stream, what.c_str());
     default: throw std::invalid_argument(what + ": unknown input kind");
   }
 }
 
+template <int kIn>
+struct DenseKernel {
+  static constexpr auto kernel = quantize_transposed_kernel<kIn>;
+};
+
+template <int kIn>
+struct GroupedKernel {
+  static constexpr auto kernel = quantize_grouped_transposed_kernel<kIn>;
+};
+
+inline void launch_quantize_transposed(const QuantizeTransposedArgs& args, const char* package) {
+  const int64_t k_blocks = args.k / kQuantBlock, tiles = k_blocks * ((args.m_t + kQuantBlock - 1) / kQuantBlock);
+  if (tiles == 0) return;
+  launch_by_kind<DenseKernel>(args.in_kind, quantize_transposed_params(args), k_blocks, tiles,
+                              reinterpret_cast<cudaStream_t>(args.stream), std::string(package) + ": quantize_transposed");
+}
+
 inline void launch_quantize_grouped_transposed(const QuantizeGroupedTransposedArgs& args, const char* package) {
   check_grouped_quantize_args(args, package);
-  const QuantizeGroupedParams p = quantize_grouped_params(args);
   const int64_t k_blocks = args.k / kQuantBlock, tiles = k_blocks * grouped_tile_count(args.m, args.columns);
   if (tiles == 0) return;
-  const auto stream = reinterpret_cast<cudaStream_t>(args.stream);
-  const std::string what = std::string(package) + ": quantize_grouped_transposed";
-  switch (args.in_kind) {
-    case kInBF16: launch_run<quantize_grouped_transposed_kernel<kInBF16>, kInBF16>(p, k_blocks, tiles, stream, what.c_str()); break;
-    case kInFP16: launch_run<quantize_grouped_transposed_kernel<kInFP16>, kInFP16>(p, k_blocks, tiles, stream, what.c_str()); break;
-    case kInFP32: launch_run<quantize_grouped_transposed_kernel<kInFP32>, kInFP32>(p, k_blocks, tiles, stream, what.c_str()); break;
-    default: throw std::invalid_argument(what + ": unknown input kind");
-  }
+  launch_by_kind<GroupedKernel>(args.in_kind, quantize_grouped_params(args), k_blocks, tiles,
+                                reinterpret_cast<cudaStream_t>(args.stream),
+                                std::string(package) + ": quantize_grouped_transposed");
 }
 
 }  // namespace
