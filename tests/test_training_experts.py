@@ -120,8 +120,8 @@ def _record(monkeypatch):
     calls = []
     grouped, wgrad = experts_steps.grouped_product, experts_steps.kgrouped_wgrad
 
-    def record_grouped(plan, a, a_scale, b, b_scale, offs, dtype):
-        out = grouped(plan, a, a_scale, b, b_scale, offs, dtype)
+    def record_grouped(plan, a, a_scale, b, b_scale, offs, dtype, **kwargs):
+        out = grouped(plan, a, a_scale, b, b_scale, offs, dtype, **kwargs)
         calls.append(("grouped", (a, a_scale, b, b_scale, offs), out))
         return out
 

@@ -18,7 +18,10 @@ import torch
 from ..grouped import run_checked_grouped
 from ..grouped_checks import GroupedShape
 from ..moe_pipeline import MoePlan
-from ..moe_torch import COMBINE_CHUNK_BYTES, combine, group_ends, silu_and_mul, sort_by_expert
+from ..moe_steps import combine as kernel_combine
+from ..moe_steps import step_backend
+from ..moe_torch import COMBINE_CHUNK_BYTES, group_ends, silu_and_mul, sort_by_expert
+from ..moe_torch import combine as torch_combine
 from ..protocol import GROUPED_CONTIGUOUS
 from .grouped_quantize import quantize_grouped_with_transpose
 from .grouped_wgrad import kgrouped_wgrad
@@ -43,15 +46,33 @@ def saved_h_dtype(x_dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if x_dtype is torch.float32 else torch.bfloat16
 
 
-def grouped_product(plan: MoePlan, a, a_scale, b, b_scale, offs, dtype: torch.dtype) -> torch.Tensor:
+def grouped_product(
+    plan: MoePlan, a, a_scale, b, b_scale, offs, dtype: torch.dtype, zeros: bool = True
+) -> torch.Tensor:
     """``out[r] = a[r] @ b[e].T`` for the rows of each expert (contiguous layout) on the plan's backend; rows past
-    offs[-1] are zeros."""
+    offs[-1] are zeros (left unwritten with ``zeros=False``, for a reader that skips them)."""
     rows = a.shape[0]
-    out = torch.zeros((rows, b.shape[1]), dtype=dtype, device=a.device)
+    out = (torch.zeros if zeros else torch.empty)((rows, b.shape[1]), dtype=dtype, device=a.device)
     if rows:
         shape = GroupedShape(b.shape[0], rows, b.shape[1], a.shape[1])
         run_checked_grouped(plan.backend, GROUPED_CONTIGUOUS, shape, a, b, a_scale, b_scale, offs, out)
     return out
+
+
+def _kernel_combine(plan: MoePlan):
+    """The backend whose combine kernel takes the weighted sums (int32 rows, -1 skipped), or None (torch's)."""
+    return step_backend(plan.backend)
+
+
+def combine(plan: MoePlan, rows, position, valid, weights, dtype: torch.dtype) -> torch.Tensor:
+    """``out[t] = sum_j weights[t, j] * rows[position[t, j]]`` over the valid slots, in fp32, in ``dtype``: the
+    backend's combine kernel (one launch, the slots that select nothing skipped) or torch's chunks (their rows past
+    offs[-1] are zeros, their weights 0)."""
+    backend = _kernel_combine(plan)
+    if backend is None:
+        return torch_combine(rows, position, weights, dtype)
+    slot_rows = torch.where(valid, position, -1).to(torch.int32)
+    return kernel_combine(backend, rows, slot_rows, weights.float(), dtype)
 
 
 def _quantize(plan: MoePlan, rows: torch.Tensor, offs: torch.Tensor):
@@ -74,7 +95,7 @@ def forward_steps(plan: MoePlan, x, topk_ids, topk_weights, w13, w13_scale, w2, 
     h = grouped_product(plan, xq.q, xq.scale, w13, w13_scale, offs, torch.float32)
     aq = _quantize(plan, silu_and_mul(h, inter), offs)
     y = grouped_product(plan, aq.q, aq.scale, w2, w2_scale, offs, plan.y_dtype)
-    out = combine(y, position.view(tokens, k), weights, plan.out_dtype)
+    out = combine(plan, y, position.view(tokens, k), valid.view(tokens, k), weights, plan.out_dtype)
     saved = Saved(
         offs=offs,
         position=position.view(tokens, k),
@@ -112,7 +133,7 @@ class GradDtypes(NamedTuple):
 def silu_and_mul_backward(d_act: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """fp32 [R, 2I]: the gradient of silu(gate) * up at the saved gate/up product, in fp32."""
     inter = h.shape[1] // 2
-    gate, up = h[:, :inter].float(), h[:, inter:].float()
+    gate, up = h[:, :inter].float(), h[:, inter:]  # up widened inside the products (the same fp32 values)
     sig = torch.sigmoid(gate)
     out = torch.empty((h.shape[0], 2 * inter), dtype=torch.float32, device=h.device)
     d_gate, d_up = out[:, :inter], out[:, inter:]
@@ -154,7 +175,8 @@ def backward_steps(plan: MoePlan, dout, saved: Saved, w13_t, w13_scale_t, w2_t, 
     if not (needs.x or needs.w13 or needs.w2):
         return grads
     backend = plan.backend.name
-    dy = dout.index_select(0, saved.token).float().mul_(saved.row_weight[:, None])  # zero rows for unrouted slots
+    # fp32 rows float(dOut[t_r]) * w_r in one pass (zero rows for unrouted slots)
+    dy = torch.mul(dout.index_select(0, saved.token), saved.row_weight[:, None])
     dyq = _quantize(plan, dy, saved.offs)
     if needs.w2:
         grads[3] = _weight_grad(dyq.q_t, dyq.scale_t, saved.act_t, saved.act_scale_t, saved.offs, dtypes.w2, backend)
@@ -165,7 +187,10 @@ def backward_steps(plan: MoePlan, dout, saved: Saved, w13_t, w13_scale_t, w2_t, 
     if needs.w13:
         grads[2] = _weight_grad(dhq.q_t, dhq.scale_t, saved.x_t, saved.x_scale_t, saved.offs, dtypes.w13, backend)
     if needs.x:
-        dx_rows = grouped_product(plan, dhq.q, dhq.scale, w13_t, w13_scale_t, saved.offs, torch.float32)
-        ones = (saved.position < saved.offs[-1].to(torch.int64)).float()
-        grads[0] = combine(dx_rows, saved.position, ones, dtypes.x)
+        summed = _kernel_combine(plan) is not None  # the kernel reads no row past offs[-1]
+        dx_rows = grouped_product(
+            plan, dhq.q, dhq.scale, w13_t, w13_scale_t, saved.offs, torch.float32, zeros=not summed
+        )
+        valid = saved.position < saved.offs[-1].to(torch.int64)
+        grads[0] = combine(plan, dx_rows, saved.position, valid, valid.float(), dtypes.x)
     return grads
