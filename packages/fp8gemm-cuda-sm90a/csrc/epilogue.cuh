@@ -128,7 +128,7 @@ __device__ __forceinline__ void epilogue_tma(const CUtensorMap* map_out, uint8_t
 // bf16):
 // direct stores. N % 16 == 0, so an 8-column group is
 // wholly inside N or wholly outside.
-template <class C>
+template <class C, bool kAccumulate = false>  // kAccumulate: weight-gradient fp32 out += the product (p.accumulate)
 __device__ __forceinline__ void epilogue_direct(const Params& p, const Tile& tile, int row_in_tile, int lane,
                                                 const float (&total)[C::kSub][C::kAcc]) {
   const int n0 = tile.n_block * C::kBlockN + 2 * (lane % 4);
@@ -167,8 +167,11 @@ __device__ __forceinline__ void epilogue_direct(const Params& p, const Tile& til
           *reinterpret_cast<__nv_bfloat162*>(row_bf16 + col) = __floats2bfloat162_rn(x, y);
           continue;
         }
-        row_f32[col] = p.accumulate ? row_f32[col] + x : x;
-        row_f32[col + 1] = p.accumulate ? row_f32[col + 1] + y : y;
+        if constexpr (kAccumulate) {  // out += the product at the memory, fire and forget: no load of out waits here
+          red_add_f32(row_f32 + col, x), red_add_f32(row_f32 + col + 1, y);
+        } else {
+          row_f32[col] = x, row_f32[col + 1] = y;
+        }
         continue;
       }
       if (f32) row_f32[col] = x, row_f32[col + 1] = y;

@@ -136,7 +136,10 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
         continue;
       }
     }
-    epilogue_direct<C>(p, tile, row_in_tile, lane, total);
+    if (C::kWgrad && p.accumulate && p.out_fp32)
+      epilogue_direct<C, C::kWgrad>(p, tile, row_in_tile, lane, total);
+    else
+      epilogue_direct<C>(p, tile, row_in_tile, lane, total);
   }
   // Shared memory must outlive the last TMA store's reads.
   if (C::kTmaStore && !C::kStoreWarp && threadIdx.x % 128 == 0) tma_store_wait_read();

@@ -180,4 +180,10 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// *p += v at the memory, no value returned (one rounding, as a load, add and store; each element of out is added
+// into once per launch, so the result does not depend on the order of tiles).
+__device__ __forceinline__ void red_add_f32(float* p, float v) {
+  atomicAdd(p, v);  // its result unused: one RED.ADD.F32
+}
+
 }  // namespace fp8gemm_sm90a
