@@ -82,6 +82,8 @@ def load_native_ops(module: ModuleType, fp8_dtype: str, a_scale_layout: ScaleLay
 
 
 def reraise_unless_miss(error: RuntimeError) -> None:
-    """Re-raise ``error`` unless a native op declined the call (the Python planner then takes it)."""
-    if not str(error).startswith(NATIVE_MISS):
+    """Re-raise ``error`` unless a native op declined the call (the Python planner then takes it). A
+    NotImplementedError is the dispatcher's: an argument on another device (meta, CPU) sent the call past the op's
+    CUDA kernel, and the planner's checks name that argument."""
+    if not isinstance(error, NotImplementedError) and not str(error).startswith(NATIVE_MISS):
         raise error
