@@ -25,11 +25,7 @@ static_assert(Traits<2, 3, true>::kSmemBytes <= 99 * 1024 && Traits<1, 4, true>:
 // operand fields).
 template <class Args>
 WgradParams wgrad_params(const Args& args, const char* entry) {
-  if (args.m < 1 || args.n < 16 || args.n % 16 || args.k < kBlockK || args.k % kBlockK ||
-      args.m >= (int64_t(1) << 31) || args.n >= (int64_t(1) << 31) || args.k >= (int64_t(1) << 31))
-    refuse(entry, "m >= 1, n a positive multiple of 16 and k of 128, each below 2^31, are required");
-  if (args.out_kind != fp8gemm::kOutFP32 && (args.out_kind != fp8gemm::kOutBF16 || args.accumulate))
-    refuse(entry, "out_kind must be fp32, or bf16 without accumulate");
+  if (const char* why = fp8gemm::wgrad_args_refusal(args)) refuse(entry, why);
   if (wgrad_plan_for(args.m, args.n).grid_y > kMaxGridY) refuse(entry, "too many rows for one launch");
   WgradParams w{};
   Params& p = w.g;

@@ -76,12 +76,7 @@ static_assert(kKGroupedExperts == fp8gemm::kKGroupedMaxExperts, "the k-grouped k
 // The checks and Params both entries share; `experts` 0 for one GEMM.
 template <class Args>
 Params wgrad_params(const Args& args, const char* entry, int64_t experts) {
-  if (args.m < 1 || args.n < 16 || args.n % 16 || args.k < kBlockK || args.k % kBlockK || args.m >= (int64_t(1) << 31) ||
-      args.n >= (int64_t(1) << 31) || args.k >= (int64_t(1) << 31))
-    kDevices.fail(std::string(entry) +
-                  ": m >= 1, n a positive multiple of 16 and k of 128, each below 2^31, are required");
-  if (args.out_kind != fp8gemm::kOutFP32 && (args.out_kind != fp8gemm::kOutBF16 || args.accumulate))
-    kDevices.fail(std::string(entry) + ": out_kind must be fp32, or bf16 without accumulate");
+  if (const char* why = fp8gemm::wgrad_args_refusal(args)) kDevices.fail(std::string(entry) + ": " + why);
   Params p{};
   p.out = reinterpret_cast<void*>(args.out);
   p.b_scale = reinterpret_cast<const float*>(args.b_scale);

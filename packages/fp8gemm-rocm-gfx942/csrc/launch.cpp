@@ -63,11 +63,7 @@ namespace {
 template <class Args>
 Params wgrad_params(const Args& args, const char* entry) {
   const std::string who = std::string(kPackage) + ": " + entry + ": ";
-  if (args.m < 1 || args.n < 16 || args.n % 16 || args.k < kBlockK || args.k % kBlockK || args.m > INT_MAX ||
-      args.n > INT_MAX || args.k > INT_MAX)
-    throw std::invalid_argument(who + "m >= 1, n a positive multiple of 16 and k of 128, each below 2^31, are required");
-  if (args.out_kind != fp8gemm::kOutFP32 && (args.out_kind != fp8gemm::kOutBF16 || args.accumulate))
-    throw std::invalid_argument(who + "out_kind must be fp32, or bf16 without accumulate");
+  if (const char* why = fp8gemm::wgrad_args_refusal(args)) throw std::invalid_argument(who + why);
   Params p{};
   p.a = reinterpret_cast<const uint8_t*>(args.a);
   p.b = reinterpret_cast<const uint8_t*>(args.b);

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from .native import load_native_ops
-from .protocol import MIRRORS, PROTOCOL_VERSION, Backend, ScaleLayout
+from .protocol import MIRRORS, MN_MAJOR, PROTOCOL_VERSION, Backend, ScaleLayout
 
 
 def check_protocol(module: ModuleType, package: str) -> None:
@@ -41,10 +41,13 @@ def backend_from_module(
 ) -> Backend:
     """The Backend of `module`, an arch package's `_C`: its launch, workspace_bytes and optional quantize, linear,
     grouped (``grouped_layouts``: the layouts its grouped kernel takes), moe step and weight-gradient entries
-    (``wgrad_b_scale_layout``: the layout of the B scales its wgrad_launch reads; a module with the entry needs it), its
+    (``wgrad_b_scale_layout``: the layout of the B scales its wgrad_launch reads; by default MN-major with the
+    module's ``wgrad_b_scale_ld_multiple()`` where it has one), its
     build_info, and the platform and targets that build_info states (the targets a build was compiled for). A binary
     of another protocol is refused."""
     check_protocol(module, package)
+    if wgrad_b_scale_layout is None and hasattr(module, "wgrad_b_scale_ld_multiple"):
+        wgrad_b_scale_layout = ScaleLayout(MN_MAJOR, module.wgrad_b_scale_ld_multiple())
     info = dict(module.build_info())
     native, info["native_ops"] = load_native_ops(module, fp8_dtype, a_scale_layout, b_scale_layout)
     targets = tuple(t for t in info.get("targets", "").split(",") if t)

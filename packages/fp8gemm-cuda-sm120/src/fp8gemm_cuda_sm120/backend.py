@@ -12,16 +12,8 @@ def load() -> Backend:
     # A's scales: MN-major, leading dimension a multiple of the module's a_scale_ld_multiple() (csrc/module.cpp).
     # Grouped GEMMs: contiguous, masked and row-id layouts, one launch each (csrc/grouped_kernel.cuh; row ids:
     # csrc/row_ids_tile.cuh). The weight-gradient entries' per-row B scales (wgrad_launch and kgrouped_wgrad_launch,
-    # csrc/wgrad_kernel.cuh, which backend_from_module takes from the module where it has them): MN-major, below.
+    # csrc/wgrad_kernel.cuh): MN-major, the multiple from the module (backend_from_module's default).
     return backend_from_module(_C, name="sm120", package="fp8gemm-cuda-sm120", version=__version__,
                                fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple()),
                                b_scale_layout=ScaleLayout(K_MAJOR, 1),
-                               grouped_layouts=ALL_GROUPED_LAYOUTS,
-                               wgrad_b_scale_layout=_wgrad_b_scale_layout(_C))  # fmt: skip
-
-
-def _wgrad_b_scale_layout(module) -> ScaleLayout | None:
-    """MN-major per-row B scales, for a build with the weight-gradient entry (None for one built before it)."""
-    if not hasattr(module, "wgrad_b_scale_ld_multiple"):
-        return None
-    return ScaleLayout(MN_MAJOR, module.wgrad_b_scale_ld_multiple())
+                               grouped_layouts=ALL_GROUPED_LAYOUTS)  # fmt: skip

@@ -16,12 +16,4 @@ def load() -> Backend:
     return backend_from_module(_C, name="sm90a", package="fp8gemm-cuda-sm90a", version=__version__,
                                fp8_dtype="float8_e4m3fn", a_scale_layout=ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple()),
                                b_scale_layout=ScaleLayout(K_MAJOR, 1), priority=10,
-                               grouped_layouts=ALL_GROUPED_LAYOUTS,
-                               wgrad_b_scale_layout=_wgrad_b_scale_layout(_C))  # fmt: skip
-
-
-def _wgrad_b_scale_layout(module) -> ScaleLayout | None:
-    """MN-major per-row B scales, for a build with the weight-gradient entry (None for one built before it)."""
-    if not hasattr(module, "wgrad_b_scale_ld_multiple"):
-        return None
-    return ScaleLayout(MN_MAJOR, module.wgrad_b_scale_ld_multiple())
+                               grouped_layouts=ALL_GROUPED_LAYOUTS)  # fmt: skip

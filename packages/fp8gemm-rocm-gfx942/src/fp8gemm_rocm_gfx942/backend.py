@@ -12,17 +12,8 @@ def load() -> Backend:
     # FP8 e4m3fnuz: MI300X's FP8 (max 240), what its MFMA FP8 instructions read. A's scales: MN-major, leading
     # dimension a multiple of the module's a_scale_ld_multiple() (csrc/module.cpp). Grouped GEMMs: contiguous, masked
     # and row-id layouts, one launch each (csrc/grouped.hip). The weight-gradient entries' B scales (wgrad_launch and
-    # kgrouped_wgrad_launch, which backend_from_module takes from the module where it has them): MN-major, below.
+    # kgrouped_wgrad_launch): MN-major, the multiple from the module (backend_from_module's default).
     return backend_from_module(_C, name="gfx942", package="fp8gemm-rocm-gfx942", version=__version__,
                                fp8_dtype="float8_e4m3fnuz", a_scale_layout=ScaleLayout(MN_MAJOR, _C.a_scale_ld_multiple()),
                                b_scale_layout=ScaleLayout(K_MAJOR, 1),
-                               grouped_layouts=ALL_GROUPED_LAYOUTS,
-                               wgrad_b_scale_layout=_wgrad_b_scale_layout(_C))  # fmt: skip
-
-
-def _wgrad_b_scale_layout(module) -> ScaleLayout | None:
-    """The weight-gradient entry's per-row B scales: MN-major like A's (csrc/kernels.hip wgrad_kernel), for a build
-    with the entry (None for one built before it)."""
-    if not hasattr(module, "wgrad_b_scale_ld_multiple"):
-        return None
-    return ScaleLayout(MN_MAJOR, module.wgrad_b_scale_ld_multiple())
+                               grouped_layouts=ALL_GROUPED_LAYOUTS)  # fmt: skip

@@ -165,6 +165,18 @@ struct KGroupedWgradArgs {
   uintptr_t stream;
 };
 
+// Why a weight-gradient call (WgradArgs or KGroupedWgradArgs) cannot run on any arch's kernels, or null: the rules
+// every arch's entry checks before it reads anything else.
+template <class Args>
+inline const char* wgrad_args_refusal(const Args& a) {
+  constexpr int64_t kLimit = int64_t(1) << 31;
+  if (a.m < 1 || a.n < 16 || a.n % 16 || a.k < 128 || a.k % 128 || a.m >= kLimit || a.n >= kLimit || a.k >= kLimit)
+    return "m >= 1, n a positive multiple of 16 and k of 128, each below 2^31, are required";
+  if (a.out_kind != kOutFP32 && (a.out_kind != kOutBF16 || a.accumulate))
+    return "out_kind must be fp32, or bf16 without accumulate";
+  return nullptr;
+}
+
 // What crosses from Python: the header, then the arguments (fp8gemm/protocol.py mirrors each struct).
 template <class Args>
 struct Wire {
