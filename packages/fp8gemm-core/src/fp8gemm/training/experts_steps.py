@@ -131,16 +131,15 @@ class GradDtypes(NamedTuple):
 
 
 def silu_and_mul_backward(d_act: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """fp32 [R, 2I]: the gradient of silu(gate) * up at the saved gate/up product, in fp32."""
+    """fp32 [R, 2I]: the gradient of silu(gate) * up at the saved gate/up product, in fp32: d_gate = silu'(gate) *
+    (d_act * up), d_up = silu(gate) * d_act, in five kernels (torch's fused silu backward for silu')."""
     inter = h.shape[1] // 2
-    gate, up = h[:, :inter].float(), h[:, inter:]  # up widened inside the products (the same fp32 values)
-    sig = torch.sigmoid(gate)
+    gate, up = h[:, :inter].float(), h[:, inter:]  # up widened inside the product (the same fp32 values)
     out = torch.empty((h.shape[0], 2 * inter), dtype=torch.float32, device=h.device)
     d_gate, d_up = out[:, :inter], out[:, inter:]
-    # d_gate = d_act * up * (sig * (1 + gate * (1 - sig))), d_up = d_act * (gate * sig): the same roundings in place
-    slope = torch.rsub(sig, 1).mul_(gate).add_(1).mul_(sig)
-    torch.mul(d_act, up, out=d_gate).mul_(slope)
-    torch.mul(gate, sig, out=d_up).mul_(d_act)
+    torch.mul(d_act, up, out=d_gate)
+    torch.ops.aten.silu_backward.grad_input(d_gate, gate, grad_input=d_gate)
+    torch.mul(torch.nn.functional.silu(gate), d_act, out=d_up)
     return out
 
 
