@@ -1,7 +1,8 @@
 """Which calls of ``grouped_gemm`` and ``grouped_gemm_masked`` go to a backend's native op and with what, on a
 stand-in native op (CPU): an eager call with ``offs`` asks the op to check ``offs`` on the host unless a CUDA graph is
-being captured; the op bodies a compiled graph calls never ask; ``m_indices``, an output dtype the op has no form for,
-or ``out`` with ``out_dtype`` never reach it; a declined call runs the planner, and any other error propagates."""
+being captured; the op bodies a compiled graph calls never ask; ``m_indices`` go to the row-ids op (functional and
+``out=``), whose declining runs the planner; an output dtype the op has no form for, or ``out`` with ``out_dtype``
+never reach it; a declined call runs the planner, and any other error propagates."""
 
 from __future__ import annotations
 
@@ -93,12 +94,28 @@ def test_a_declined_call_runs_the_planner_and_other_errors_propagate(stand_in, m
         call(*args)
 
 
+def _m_indices() -> torch.Tensor:
+    ids = torch.repeat_interleave(torch.arange(3), torch.tensor([5, 0, 15])).int()
+    return torch.cat([ids, torch.full((4,), -1, dtype=torch.int32)])
+
+
+def test_m_indices_go_to_the_row_ids_op_and_a_declined_call_runs_the_planner(stand_in):
+    a, b, a_scale, b_scale, offs = operands(masked=False)
+    m_indices = _m_indices()
+    marker = torch.full((a.shape[0], b.shape[1]), 7.0)
+    native = stand_in(lambda name, args: marker if name == "grouped_gemm_row_ids" else None)
+    assert fp8gemm.grouped_gemm(a, b, a_scale, b_scale, m_indices=m_indices, out_dtype=torch.float32) is marker
+    out = torch.empty_like(marker)
+    assert fp8gemm.grouped_gemm(a, b, a_scale, b_scale, m_indices=m_indices, out=out) is out
+    assert native.calls == [("grouped_gemm_row_ids", m_indices), ("grouped_gemm_row_ids_out", m_indices)]
+    expected = fp8gemm.grouped_gemm(a, b, a_scale, b_scale, offs)  # the same rows (ids sorted, -1 past the groups)
+    stand_in(declined)
+    assert torch.equal(fp8gemm.grouped_gemm(a, b, a_scale, b_scale, m_indices=m_indices), expected)
+
+
 def test_calls_the_native_op_has_no_form_for_never_reach_it(stand_in):
     a, b, a_scale, b_scale, offs = operands(masked=False)
     native = stand_in(declined)
-    m_indices = torch.repeat_interleave(torch.arange(3), torch.tensor([5, 0, 15])).int()
-    m_indices = torch.cat([m_indices, torch.full((4,), -1, dtype=torch.int32)])
-    fp8gemm.grouped_gemm(a, b, a_scale, b_scale, m_indices=m_indices)
     with pytest.raises((TypeError, ValueError)):
         fp8gemm.grouped_gemm(a, b, a_scale, b_scale, offs, out_dtype=torch.float16)
     out = torch.empty(a.shape[0], b.shape[1])

@@ -49,11 +49,14 @@ def native_or_none(native, name: str, args: tuple, out, out_dtype):
 
 
 def native_grouped(a, b, a_scale, b_scale, offs, m_indices, out, out_dtype, backend, eager: bool):
-    """``grouped_gemm`` with ``offs`` through the native op (an eager call outside CUDA-graph capture reads offs on
-    the host first, as the planner does); None where it declines."""
-    if offs is None or m_indices is not None:
+    """``grouped_gemm`` through the native op: with ``offs`` (an eager call outside CUDA-graph capture reads offs on
+    the host first, as the planner does) or with ``m_indices`` (read by the device alone, as the planner leaves them
+    on a GPU); None where it declines, or for both or neither (the planner's error)."""
+    if (offs is None) == (m_indices is None):
         return None
     native = runtime.native_ops(a, b, backend)
+    if m_indices is not None:
+        return native_or_none(native, "grouped_gemm_row_ids", (a, b, a_scale, b_scale, m_indices), out, out_dtype)
     check_offs = native is not None and eager and not runtime.capturing()
     return native_or_none(native, "grouped_gemm", (a, b, a_scale, b_scale, offs, check_offs), out, out_dtype)
 
@@ -151,10 +154,9 @@ def grouped_gemm(a, b, a_scale, b_scale, offs=None, *, m_indices=None, out=None,
             _ops.grouped_gemm_out(a, b, a_scale, b_scale, offs, m_indices, out, backend or "")
             return out
         return _ops.grouped_gemm(a, b, a_scale, b_scale, offs, m_indices, out_dtype or torch.bfloat16, backend or "")
-    if offs is not None:  # one C++ call where the backend's native op takes it, else the planner
-        got = native_grouped(a, b, a_scale, b_scale, offs, m_indices, out, out_dtype, backend, eager=True)
-        if got is not None:
-            return got
+    got = native_grouped(a, b, a_scale, b_scale, offs, m_indices, out, out_dtype, backend, eager=True)
+    if got is not None:  # one C++ call where the backend's native op takes it, else the planner
+        return got
     layout, rows = pick_row_map(offs, m_indices)
     plan = plan_grouped(layout, a, b, a_scale, b_scale, rows, out, out_dtype, backend, eager=True)
     return run_grouped(plan, a, b, rows, out)

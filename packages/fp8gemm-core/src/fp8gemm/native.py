@@ -1,6 +1,7 @@
 """An arch package's native ops: its ``_native_ops`` library (``fp8gemm/csrc/native_ops.cpp``, built where the
 build had torch >= 2.10) registers ``torch.ops.<package>.linear``, ``gemm``, ``gemm_out``, ``quantize_activation``,
-``fused_experts``, ``grouped_gemm``, ``grouped_gemm_out``, ``grouped_gemm_masked``, ``grouped_gemm_masked_out`` and
+``fused_experts``, ``grouped_gemm``, ``grouped_gemm_out``, ``grouped_gemm_row_ids``, ``grouped_gemm_row_ids_out``,
+``grouped_gemm_masked``, ``grouped_gemm_masked_out`` and
 the training ops ``quantize_transposed``, ``wgrad``, ``wgrad_out``, ``linear_forward`` and ``linear_backward`` in C++
 on PyTorch's stable ABI. They take the steady-state call in one C++ call (checks, allocation, stream, launches) and
 raise an error starting with :data:`NATIVE_MISS` on anything else; the public ops then run their Python planner,
@@ -34,6 +35,8 @@ class NativeOps(NamedTuple):
     grouped_gemm_masked_out: object  # (a, b, a_scale, b_scale, masked_m, expected_m, out) -> None
     grouped_gemm: object  # (a, b, a_scale, b_scale, offs, check_offs, fp32_out) -> out
     grouped_gemm_out: object  # (a, b, a_scale, b_scale, offs, check_offs, out) -> None
+    grouped_gemm_row_ids: object  # (a, b, a_scale, b_scale, m_indices, fp32_out) -> out
+    grouped_gemm_row_ids_out: object  # (a, b, a_scale, b_scale, m_indices, out) -> None
     quantize_transposed: object  # (x, pow2_scales, blocks) -> (q, scale, q_t, scale_t)
     wgrad: object  # (a, b, a_scale, b_scale per row, fp32_out) -> out
     wgrad_out: object  # (a, b, a_scale, b_scale per row, out, accumulate) -> None

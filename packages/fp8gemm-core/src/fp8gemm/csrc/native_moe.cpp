@@ -208,10 +208,11 @@ int64_t checked_offs_end(const Tensor& offs, int64_t m) {
   return previous;
 }
 
-// out[r] = a[r] @ b[g]^T for the rows r of group g, [offs[g-1], offs[g]) (fp8gemm.grouped_gemm with offs): a [M, K]
-// with MN-major scales, b [G, N, K] with K-major block scales; rows past offs[-1] are not written.
-void contiguous_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
-                     const Tensor& offs, Tensor& out, int32_t device, uintptr_t stream) {
+// out[r] = a[r] @ b[g]^T for the rows r of group g (fp8gemm.grouped_gemm): a [M, K] with MN-major scales, b [G, N, K]
+// with K-major block scales. kGroupedContiguous: group_rows is offs, int32 [G] row ends ([offs[g-1], offs[g])), rows
+// past offs[-1] not written; kGroupedRowIds: m_indices, int32 [M] each row's group, rows of id -1 not written.
+void rows_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
+               const Tensor& group_rows, int layout, Tensor& out, int32_t device, uintptr_t stream) {
   need(g.entries.grouped_launch != nullptr, "no grouped kernel");
   need(b.dim() == 3 && out.dim() == 2, "operand ranks");
   int64_t m = 0, k = 0;
@@ -222,14 +223,14 @@ void contiguous_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, co
   need(b_scale.dim() == 3 && b_scale.size(0) == groups && b_scale.size(1) == (n + 127) / 128 &&
            b_scale.size(2) == k / 128, "b_scale shape");
   const auto b_lds = group_scale_lds(b_scale, device, true, g.b_scale_ld_multiple, "b_scale layout");
-  need_group_rows(offs, groups, device, "offs");
+  const bool ids = layout == fp8gemm::kGroupedRowIds;
+  need_group_rows(group_rows, ids ? m : groups, device, ids ? "m_indices" : "offs");
   const int64_t ldo = out_rows(out, n, device).first;
   const int64_t ldb = row_stride(b), b_gs = groups == 1 ? n * ldb : b.stride(0);
-  const auto [buffer, workspace] =
-      workspace_of(device, g.entries.grouped_workspace_bytes(fp8gemm::kGroupedContiguous, m, n, k, groups));
+  const auto [buffer, workspace] = workspace_of(device, g.entries.grouped_workspace_bytes(layout, m, n, k, groups));
   g.entries.grouped_launch(fp8gemm::GroupedArgs{
-      address(a), address(b), address(a_scale), address(b_scale), address(out), workspace, address(offs), m, n, k,
-      groups, lda, ldb, ldo, a_scale_ld, b_lds.first, 0, b_gs, 0, 0, b_lds.second, 0, fp8gemm::kGroupedContiguous,
+      address(a), address(b), address(a_scale), address(b_scale), address(out), workspace, address(group_rows), m, n,
+      k, groups, lda, ldb, ldo, a_scale_ld, b_lds.first, 0, b_gs, 0, 0, b_lds.second, 0, layout,
       out.scalar_type() == ScalarType::Float ? fp8gemm::kOutFP32 : fp8gemm::kOutBF16, stream});
 }
 
@@ -250,7 +251,7 @@ Tensor grouped_gemm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor o
     const Tensor rows(tail);
     if (aoti_torch_zero_(tail) != AOTI_TORCH_SUCCESS) throw std::runtime_error("fp8gemm: torch could not zero out");
   }
-  contiguous_into(a, b, a_scale, b_scale, offs, out, device, stream);
+  rows_into(a, b, a_scale, b_scale, offs, fp8gemm::kGroupedContiguous, out, device, stream);
   return out;
 }
 
@@ -259,7 +260,26 @@ void grouped_gemm_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor
   const uintptr_t stream = current_stream(a, &device);
   need(a.dim() == 2 && offs.dim() == 1 && a.size(0) > 0, "operand ranks");
   if (check_offs) checked_offs_end(offs, a.size(0));
-  contiguous_into(a, b, a_scale, b_scale, offs, out, device, stream);
+  rows_into(a, b, a_scale, b_scale, offs, fp8gemm::kGroupedContiguous, out, device, stream);
+}
+
+// DeepGEMM's convention (fp8gemm.grouped_gemm with m_indices): the ids are read by the device alone, clamped there.
+Tensor grouped_gemm_row_ids(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor m_indices, bool fp32_out) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(a, &device);
+  need(a.dim() == 2 && b.dim() == 3 && a.size(0) > 0, "operand ranks");
+  Tensor out = empty(device, {a.size(0), b.size(1)}, fp32_out ? ScalarType::Float : ScalarType::BFloat16);
+  // Zeros: rows of id -1 read 0 (fp8gemm.grouped_gemm), and which they are only the device knows.
+  if (aoti_torch_zero_(out.get()) != AOTI_TORCH_SUCCESS) throw std::runtime_error("fp8gemm: torch could not zero out");
+  rows_into(a, b, a_scale, b_scale, m_indices, fp8gemm::kGroupedRowIds, out, device, stream);
+  return out;
+}
+
+void grouped_gemm_row_ids_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor m_indices, Tensor out) {
+  int32_t device = 0;
+  const uintptr_t stream = current_stream(a, &device);
+  need(a.dim() == 2 && a.size(0) > 0, "operand ranks");
+  rows_into(a, b, a_scale, b_scale, m_indices, fp8gemm::kGroupedRowIds, out, device, stream);
 }
 
 }  // namespace
@@ -275,6 +295,10 @@ STABLE_TORCH_LIBRARY_FRAGMENT(FP8GEMM_OPS_NAMESPACE, m) {
         "bool fp32_out) -> Tensor");
   m.def("grouped_gemm_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor offs, bool check_offs, "
         "Tensor(a!) out) -> ()");
+  m.def("grouped_gemm_row_ids(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor m_indices, bool fp32_out) "
+        "-> Tensor");
+  m.def("grouped_gemm_row_ids_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor m_indices, "
+        "Tensor(a!) out) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(FP8GEMM_OPS_NAMESPACE, CUDA, m) {
@@ -283,4 +307,6 @@ STABLE_TORCH_LIBRARY_IMPL(FP8GEMM_OPS_NAMESPACE, CUDA, m) {
   m.impl("grouped_gemm_masked_out", TORCH_BOX(&grouped_gemm_masked_out));
   m.impl("grouped_gemm", TORCH_BOX(&grouped_gemm));
   m.impl("grouped_gemm_out", TORCH_BOX(&grouped_gemm_out));
+  m.impl("grouped_gemm_row_ids", TORCH_BOX(&grouped_gemm_row_ids));
+  m.impl("grouped_gemm_row_ids_out", TORCH_BOX(&grouped_gemm_row_ids_out));
 }
