@@ -132,9 +132,10 @@ __global__ void __launch_bounds__(kQuantThreads, kIn == kInFP32 ? 1 : 2)
                     [&](int64_t rb, int) { return TileRows{rb * kQuantBlock, p.m, rb, 1}; });
 }
 
-// Column-block indices: q_t's blocks, then the rows of no expert (fp8gemm/quantize_grouped_tiles.cuh).
+// Column-block indices: q_t's blocks, then the rows of no expert (fp8gemm/quantize_grouped_tiles.cuh). Two workgroups
+// an SM for bf16 only: fp16's widening and the search's state do not fit 128 registers without spilling.
 template <int kIn>
-__global__ void __launch_bounds__(kQuantThreads, kIn == kInFP32 ? 1 : 2)
+__global__ void __launch_bounds__(kQuantThreads, kIn == kInBF16 ? 2 : 1)
     quantize_grouped_transposed_kernel(QuantizeGroupedParams p, int64_t k_blocks, int64_t tiles) {
   extern __shared__ __align__(16) uint8_t smem_bytes[];
   __shared__ ExpertSearch search;
