@@ -88,5 +88,6 @@ def reraise_unless_miss(error: RuntimeError) -> None:
     """Re-raise ``error`` unless a native op declined the call (the Python planner then takes it). A
     NotImplementedError is the dispatcher's: an argument on another device (meta, CPU) sent the call past the op's
     CUDA kernel, and the planner's checks name that argument."""
-    if not isinstance(error, NotImplementedError) and not str(error).startswith(NATIVE_MISS):
+    dispatched_away = isinstance(error, NotImplementedError) and str(error).startswith("Could not run")
+    if not dispatched_away and not str(error).startswith(NATIVE_MISS):
         raise error

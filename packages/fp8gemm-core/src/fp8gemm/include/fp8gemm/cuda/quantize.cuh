@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -95,7 +96,10 @@ __device__ __forceinline__ void stage_tile_rows(const QuantizeTransposedParams& 
 }
 
 // The workgroup's run of tiles. rows_of(block, tid): the rows of column block `block`, called by every thread. A
-// thread's staged rows are its own (copied and read by it alone), so one buffer and no barrier between them suffice.
+// thread's staged rows are its own (copied and read by it alone), so one buffer and no barrier between them suffice,
+// on the assumption that a thread's shared load completes before its next cp.async into the same bytes lands: PTX
+// orders cp.async's writes only through wait_group, but the copy's global read alone outlasts the load. Checked on
+// an H200 (bits against the reference); a barrier between the load and the copies would make it formal.
 template <int kIn, class RowsOf>
 __device__ __forceinline__ void quantize_run(const QuantizeTransposedParams& p, int64_t k_blocks, int64_t tiles,
                                              TransposedSmem<kIn>& smem, RowsOf rows_of) {
@@ -148,17 +152,18 @@ __global__ void __launch_bounds__(kQuantThreads, kIn == kInBF16 ? 2 : 1)
 template <auto kernel, int kBytes>
 int resident_blocks() {
   constexpr int kMaxDevices = 64;
-  static int cached[kMaxDevices] = {};
+  static std::atomic<int> cached[kMaxDevices] = {};  // host threads may launch at once: same value, no torn reads
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  if (device < kMaxDevices && cached[device]) return cached[device];
+  if (device < kMaxDevices && cached[device].load(std::memory_order_relaxed))
+    return cached[device].load(std::memory_order_relaxed);
   int sms = 0, per_sm = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kQuantThreads, kBytes) != cudaSuccess)
     return 0;
   const int blocks = sms * (per_sm > 0 ? per_sm : 1);
-  if (device < kMaxDevices) cached[device] = blocks;
+  if (device < kMaxDevices) cached[device].store(blocks, std::memory_order_relaxed);
   return blocks;
 }
 
