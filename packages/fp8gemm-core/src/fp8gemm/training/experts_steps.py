@@ -59,16 +59,11 @@ def grouped_product(
     return out
 
 
-def _kernel_combine(plan: MoePlan):
-    """The backend whose combine kernel takes the weighted sums (int32 rows, -1 skipped), or None (torch's)."""
-    return step_backend(plan.backend)
-
-
 def combine(plan: MoePlan, rows, position, valid, weights, dtype: torch.dtype) -> torch.Tensor:
     """``out[t] = sum_j weights[t, j] * rows[position[t, j]]`` over the valid slots, in fp32, in ``dtype``: the
     backend's combine kernel (one launch, the slots that select nothing skipped) or torch's chunks (their rows past
     offs[-1] are zeros, their weights 0)."""
-    backend = _kernel_combine(plan)
+    backend = step_backend(plan.backend)  # its combine kernel takes int32 rows, -1 skipped
     if backend is None:
         return torch_combine(rows, position, weights, dtype)
     slot_rows = torch.where(valid, position, -1).to(torch.int32)
@@ -168,8 +163,8 @@ def backward_steps(plan: MoePlan, dout, saved: Saved, w13_t, w13_scale_t, w2_t, 
     """[dx, d topk_weights, dw13, dw2] (None where not needed): dY per sorted row (weighted), dW2 = dY^T act,
     dAct = dY W2, SiLU-and-mul backward, dW13 = dH^T x, dX = dH W13 summed back onto the tokens."""
     grads = [None] * 4
+    valid = saved.position < saved.offs[-1].to(torch.int64)  # unrouted slots' rows lie past offs[-1]
     if needs.topk_weights:
-        valid = saved.position < saved.offs[-1].to(torch.int64)  # unrouted slots' rows lie past offs[-1]
         grads[1] = torch.where(valid, slot_dots(saved.y, saved.position, dout), 0.0).to(dtypes.topk_weights)
     if not (needs.x or needs.w13 or needs.w2):
         return grads
@@ -186,10 +181,9 @@ def backward_steps(plan: MoePlan, dout, saved: Saved, w13_t, w13_scale_t, w2_t, 
     if needs.w13:
         grads[2] = _weight_grad(dhq.q_t, dhq.scale_t, saved.x_t, saved.x_scale_t, saved.offs, dtypes.w13, backend)
     if needs.x:
-        summed = _kernel_combine(plan) is not None  # the kernel reads no row past offs[-1]
+        summed = step_backend(plan.backend) is not None  # its combine kernel reads no row past offs[-1]
         dx_rows = grouped_product(
             plan, dhq.q, dhq.scale, w13_t, w13_scale_t, saved.offs, torch.float32, zeros=not summed
         )
-        valid = saved.position < saved.offs[-1].to(torch.int64)
         grads[0] = combine(plan, dx_rows, saved.position, valid, valid.float(), dtypes.x)
     return grads
