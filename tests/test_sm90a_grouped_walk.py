@@ -1,8 +1,11 @@
-"""fp8gemm-cuda-sm90a's grouped kernels without a GPU: their plan (csrc/heuristics.hpp grouped_plan_for) and their
-tile walk (csrc/group_cursor.hpp) are plain C++, so a driver built with the host compiler runs the persistent grid's
-walk (every CTA with its own cursor, as on the device) for group splits that hypothesis draws. Every row of every
-group must be stored by exactly one tile per N block, no tile may store another group's rows, and every load must
-lie inside A (rows from a 4-row boundary) and cover the rows its tile stores."""
+"""fp8gemm-cuda-sm90a's grouped kernels without a GPU: their plan (csrc/heuristics.hpp grouped_plan_for), the run
+warp's scan of the groups (csrc/run_ring.cuh scan_groups, its per-lane arithmetic in csrc/row_runs.hpp) and the tile
+walk over its runs (csrc/group_cursor.hpp seek_runs) are plain C++, so a driver built with the host compiler runs the
+warp 32 groups at a time (its shuffles and ballots as loops), then the persistent grid's walk (every CTA with its own
+cursor, as on the device), for group splits that hypothesis draws. The runs must be the groups with rows as
+GroupCursor::next_group clamps them, every row of every group must be stored by exactly one tile per N block, no tile
+may store another group's rows, and every load must lie inside A (rows from a 4-row boundary) and cover the rows its
+tile stores."""
 
 from __future__ import annotations
 
@@ -15,15 +18,41 @@ DRIVER = r"""
 #include <cstdio>
 #include <vector>
 #include "heuristics.hpp"
-#include "group_cursor.hpp"
+#include "row_runs.hpp"
+using namespace fp8gemm_sm90a;
 struct Walk { const int32_t* group_rows; int groups, masked, m, n_blocks; };
+
+// The run warp of run_ring.cuh scan_groups, 32 groups at a time; its shuffle scan and ballot as loops.
+std::vector<RowRun> scan(const Walk& w) {
+  std::vector<RowRun> runs;
+  int carry = 0, emitted = 0;
+  for (int base = 0; base < w.groups; base += 32) {
+    int begin[32] = {}, end[32];
+    uint32_t emits = 0;
+    for (int l = 0; l < 32; ++l) end[l] = clamped_rows(base + l < w.groups ? w.group_rows[base + l] : 0, w.m);
+    if (!w.masked) {
+      for (int l = 0; l < 32; ++l) end[l] = std::max(end[l], l ? end[l - 1] : carry);
+      for (int l = 0; l < 32; ++l) begin[l] = l ? end[l - 1] : carry;
+      carry = end[31];
+    }
+    for (int l = 0; l < 32; ++l) emits |= uint32_t(base + l < w.groups && end[l] > begin[l]) << l;
+    runs.resize(emitted + bit_count(emits));
+    for (int l = 0; l < 32; ++l)
+      if (emits >> l & 1) runs[run_number(emits, l, emitted)] = RowRun{begin[l], end[l], base + l};
+    emitted += bit_count(emits);
+  }
+  return runs;
+}
+
 template <int kBlockM, int kPairs>
-void walk(const Walk& w, int grid, long long count) {
+void walk(const Walk& w, const std::vector<RowRun>& runs, int grid, long long count) {
   for (int cluster = 0; cluster < grid / kPairs; ++cluster) {  // each CTA's own cursor, stepping by the clusters
     for (int rank = 0; rank < kPairs; ++rank) {
-      fp8gemm_sm90a::GroupCursor<kBlockM, kPairs> cursor;
+      GroupCursor<kBlockM, kPairs> cursor;
+      size_t taken = 0;
+      auto next = [&] { return taken < runs.size() ? runs[taken++] : RowRun{0, 0, -1}; };
       for (long long t = cluster; t < count; t += grid / kPairs) {
-        if (!cursor.seek(w, static_cast<int>(t))) break;
+        if (!cursor.seek_runs(w, static_cast<int>(t), next)) break;
         const auto g = cursor.tile(w, static_cast<int>(t));
         std::printf("%d %d %d %d %d %d\n", g.group, g.m_block, g.n_block * kPairs + rank, g.row0, g.lo, g.hi);
       }
@@ -40,12 +69,20 @@ int main() {
                 (int)(fp8gemm_sm90a::grouped_tile_index(p.tile) >= 0), (long long)p.row_tiles,
                 (long long)p.n_blocks, (long long)p.grid);
     const Walk w{rows.data(), groups, masked, static_cast<int>(m), static_cast<int>(p.n_blocks)};
-    const long long pairs = p.tile.cluster, count = p.row_tiles * ((p.n_blocks + pairs - 1) / pairs);
-    if (p.tile.rows == 64) walk<64, 1>(w, p.grid, count);
-    else if (p.tile.rows == 128) walk<128, 1>(w, p.grid, count);
-    else if (p.tile.rows == 192) walk<192, 1>(w, p.grid, count);
-    else if (pairs == 2) walk<256, 2>(w, p.grid, count);
-    else walk<256, 1>(w, p.grid, count);
+    const auto runs = scan(w);
+    for (const auto& r : runs) std::printf("run %d %d %d\n", r.begin, r.end, r.id);
+    GroupCursor<64, 1> one_at_a_time;  // the definition: next_group over every group
+    for (RowRun r = one_at_a_time.next_group(w); r.id >= 0; r = one_at_a_time.next_group(w)) {
+      one_at_a_time.group = r.id, one_at_a_time.end = r.end;
+      if (r.end > r.begin) std::printf("group %d %d %d\n", r.begin, r.end, r.id);
+    }
+    // The device's walk has no bound (the runs end it); the host's bound is checked by the caller.
+    const long long pairs = p.tile.cluster, count = 1LL << 40;
+    if (p.tile.rows == 64) walk<64, 1>(w, runs, p.grid, count);
+    else if (p.tile.rows == 128) walk<128, 1>(w, runs, p.grid, count);
+    else if (p.tile.rows == 192) walk<192, 1>(w, runs, p.grid, count);
+    else if (pairs == 2) walk<256, 2>(w, runs, p.grid, count);
+    else walk<256, 1>(w, runs, p.grid, count);
     std::printf("end\n");
   }
 }
@@ -63,7 +100,11 @@ def run_walk(tmp_path_factory):
         rows, cols, cluster, loop, compiled, row_tiles, n_blocks, grid = map(int, lines[0].split()[1:])
         plan = dict(rows=rows, cols=cols, cluster=cluster, loop=loop, compiled=compiled, row_tiles=row_tiles,
                     n_blocks=n_blocks, grid=grid)  # fmt: skip
-        return plan, [tuple(map(int, line.split())) for line in lines[1:-1]]
+        runs = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("run ")]
+        groups = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("group ")]
+        assert runs == groups  # the warp's scan hands out exactly the groups with rows, in order
+        tiles = [tuple(map(int, line.split())) for line in lines[1:-1] if line[0].isdigit() or line[0] == "-"]
+        return plan, tiles
 
     return run
 
@@ -124,6 +165,19 @@ def test_masked_walk_stores_every_row_below_masked_m_once(run_walk, data, m_max,
     masked_m = data.draw(st.lists(st.integers(0, m_max), min_size=groups, max_size=groups))
     expected = data.draw(st.sampled_from([0, 1, 64, m_max]))
     check_walk(run_walk, True, masked_m, m_max, n, expected=expected)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), groups=st.integers(33, 600), masked=st.booleans())
+def test_many_mostly_empty_groups_cross_the_warps_chunks(run_walk, data, groups, masked):
+    # Decode: a few of hundreds of experts hold rows; the scan's chunks of 32 and batches of 256 groups meet them.
+    hit = data.draw(st.lists(st.integers(0, groups - 1), min_size=1, max_size=9))
+    counts = [hit.count(g) * data.draw(st.integers(1, 70)) for g in range(groups)]
+    if masked:
+        check_walk(run_walk, True, counts, max(counts), 512)
+    else:
+        ends = [sum(counts[: g + 1]) for g in range(groups)]
+        check_walk(run_walk, False, ends, ends[-1], 512)
 
 
 def test_out_of_range_group_rows_are_clamped(run_walk):

@@ -12,11 +12,12 @@
 // still pair CTAs in 2-CTA clusters for placement only: the kernel never addresses its peer.
 // Grouped kernels (kType = GemmType::kGrouped, grouped.cu) are the same kernel on 3-D tensor maps whose third
 // coordinate is the group, walking the groups' tiles (scheduler.cuh GroupCursor); a warpgroup whose rows cross
-// its group's end stores directly, masked to the group's rows. Row ids: the producer's last warp hands out the
-// runs of m_indices (run_ring.cuh), which the roles walk as groups. Weight-gradient kernels (kType = GemmType::kWgrad,
-// wgrad_launch.cuh) take B scales per column (map_b_scale, one row of them per stage; the others get any valid map
-// there and never read it), promote each column with its own (consumer.cuh promote_columns) and store fp32 directly,
-// added into out where p.accumulate says so; k-grouped ones (GemmType::kKGroupedWgrad) take split e as expert e.
+// its group's end stores directly, masked to the group's rows. The producer's last warp hands out the groups with
+// rows (or the runs of m_indices) through a ring in shared memory (run_ring.cuh), which the roles walk.
+// Weight-gradient kernels (kType = GemmType::kWgrad, wgrad_launch.cuh) take B scales per column (map_b_scale, one
+// row of them per stage; the others get any valid map there and never read it), promote each column with its own
+// (consumer.cuh promote_columns) and store fp32 directly, added into out where p.accumulate says so; k-grouped ones
+// (GemmType::kKGroupedWgrad) take split e as expert e.
 // The parts and their choices: docs/kernels/sm90a-structure.md.
 #pragma once
 

@@ -4,9 +4,10 @@
 // Group g's tiles are its row tiles x the N blocks, after every earlier group's; within a group, panels of 16 row
 // tiles, row tiles fastest (as tile_order.hpp). Its row tiles start at its first row rounded down to 4 (a TMA box of
 // A scales starts 16-byte aligned), so a tile may load rows of the group before; it stores only [lo, hi). Group ends
-// are clamped to [previous end, m] (masked: [0, m]) here, so no tile reads or writes outside A or out.
-// Row ids (seek_runs): the groups are the runs of one id in consecutive rows that the run warp hands out
-// (row_runs.hpp), in row order, each taking its tiles as a group of the contiguous layout does.
+// are clamped to [previous end, m] (masked: [0, m]), so no tile reads or writes outside A or out.
+// The kernels walk runs (seek_runs): the groups with rows, or the runs of one id in consecutive rows, that the run
+// warp hands out (run_ring.cuh, row_runs.hpp), in order, each taking its tiles as a group of the contiguous layout
+// does. seek and next_group read the groups one at a time: the definition the run warp's scan reproduces (tests).
 #pragma once
 #include <cstdint>
 

@@ -123,6 +123,7 @@ __device__ __forceinline__ void run_producer(const SharedStorage<C>& smem, const
   if constexpr (C::kType == GemmType::kGrouped) {
     if (producer_warp == 3) {
       if (p.row_ids) scan_runs(smem.red, p, lane);
+      else scan_groups(smem.red, p, lane);
       return;
     }
   }

@@ -52,6 +52,12 @@ FP8GEMM_SM90A_HD int run_number(uint32_t emits, int lane, int emitted) {
   return emitted + bit_count(emits & ((1u << lane) - 1));
 }
 
+// The `offs` and `masked_m` layouts as runs (run_ring.cuh scan_groups), 32 groups a chunk, lane l holding group base + l:
+// a group's rows end at its value clamped to [0, m]; contiguous groups also begin at the previous group's end and end
+// no earlier (the running maximum of the clamped ends, which the warp takes by shuffles), masked ones begin at 0. A
+// group with rows is a run with its own id: the same rows GroupCursor::next_group gives, without a read per group.
+FP8GEMM_SM90A_HD int clamped_rows(int rows, int m) { return rows < 0 ? 0 : rows > m ? m : rows; }
+
 // Where the run open after the chunk starts: its last run start (`starts`: the lanes' ballot), else the one before.
 FP8GEMM_SM90A_HD int open_after(uint32_t starts, int base, int open) {
   return starts ? base + highest_bit(starts) : open;

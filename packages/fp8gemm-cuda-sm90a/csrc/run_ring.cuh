@@ -1,9 +1,11 @@
-// Row ids on the device: the run warp (the producer's last warp, idle in every other launch) reads m_indices once,
-// 256 rows per round trip, and hands each run of an id in [0, groups) (row_runs.hpp), in row order, through a ring
-// of kRunSlots slots in shared memory to every role that walks tiles (scheduler.cuh Tiles: each turns runs into tiles
-// as GroupCursor turns contiguous groups, so sorted ids tile as `offs` does), then a last slot with id -1. Each slot
-// has a full barrier (the run warp's arrival) and an empty one (run_walkers: the roles' arrivals).
-// Nothing reads the ids on the host, and every CTA finds the same runs: the walk is deterministic.
+// The groups of a grouped launch on the device: the run warp (the producer's last warp) reads m_indices, `offs` or
+// `masked_m` once, 256 values per round trip, and hands each run of rows (row ids: each stretch of one id in
+// [0, groups), row_runs.hpp; offs and masked_m: each group with rows) through a ring of kRunSlots slots in shared
+// memory to every role that walks tiles (scheduler.cuh Tiles: GroupCursor turns each run into tiles, so sorted ids
+// tile as `offs` does), then a last slot with id -1. Each slot has a full barrier (the run warp's arrival) and an
+// empty one (run_walkers: the roles' arrivals). Empty groups cost nothing: a walk reading the group ends one at a time
+// spent one dependent load per group before its first tile (decode: 8 of 128 experts with rows).
+// Nothing reads the values on the host, and every CTA finds the same runs: the walk is deterministic.
 #pragma once
 
 #include "kernel_traits.cuh"
@@ -87,6 +89,45 @@ __device__ __forceinline__ void scan_runs(float* red, const Params& p, int lane)
       emitted += bit_count(emits);
       open = open_after(starts, base, open);
       open_id = __shfl_sync(~0u, id, 31);
+    }
+  }
+  if (lane == 0) put_run(ring, emitted, RowRun{0, 0, -1});
+}
+
+// The run warp for `offs` (contiguous) and `masked_m`: every group with rows into the ring, in group order, then the end.
+__device__ __forceinline__ void scan_groups(float* red, const Params& p, int lane) {
+  constexpr int kBatch = 8;  // chunks of 32 groups whose loads are in flight together
+  const uint32_t ring = smem_u32(red);
+  int carry = 0, emitted = 0;  // the previous chunk's last clamped end (contiguous), the runs handed out
+#pragma unroll 1
+  for (int g0 = 0; g0 < p.groups; g0 += 32 * kBatch) {
+    int rows[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int g = g0 + 32 * j + lane;
+      rows[j] = g < p.groups ? __ldg(p.group_rows + g) : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int g = g0 + 32 * j + lane;
+      if (g0 + 32 * j >= p.groups) break;  // warp-uniform
+      int end = clamped_rows(rows[j], p.m), begin = 0;
+      if (!p.masked) {  // warp-uniform
+        end = max(end, carry);
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+          const int below = __shfl_up_sync(~0u, end, d);
+          if (lane >= d) end = max(end, below);
+        }
+        const int up = __shfl_up_sync(~0u, end, 1);
+        begin = lane ? up : carry;
+        carry = __shfl_sync(~0u, end, 31);
+      }
+      const bool has_rows = g < p.groups && end > begin;
+      const uint32_t emits = __ballot_sync(~0u, has_rows);
+      if (has_rows) put_run(ring, run_number(emits, lane, emitted), RowRun{begin, end, g});
+      __syncwarp();
+      emitted += bit_count(emits);
     }
   }
   if (lane == 0) put_run(ring, emitted, RowRun{0, 0, -1});

@@ -49,9 +49,9 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   return tile;
 }
 
-// Every role's source of tiles: tile_at for one GEMM, the group cursor for grouped kernels (over the runs of the
-// ring for row ids; `every_lane`: how a role releases the ring's slots, run_ring.cuh RunReader). `more(t)` first
-// (false once a grouped walk is past the last group's tiles; always true for one GEMM), then `at(t)`.
+// Every role's source of tiles: tile_at for one GEMM, the group cursor over the runs of the ring for grouped kernels
+// (`every_lane`: how a role releases the ring's slots, run_ring.cuh RunReader). `more(t)` first (false once a grouped
+// walk is past the last run's tiles; always true for one GEMM), then `at(t)`.
 template <class C, int kCluster>
 struct Tiles {
   GroupCursor<C::kBlockM, kCluster> cursor;
@@ -59,7 +59,7 @@ struct Tiles {
   __device__ __forceinline__ Tiles(const SharedStorage<C>& smem, bool every_lane) : runs(smem.red, every_lane) {}
   __device__ __forceinline__ bool more(const Params& p, int t) {
     if constexpr (C::kType == GemmType::kGrouped)
-      return cursor.seek_runs(p, t, [&] { return p.row_ids ? runs.next() : cursor.next_group(p); });
+      return cursor.seek_runs(p, t, [&] { return runs.next(); });
     else return true;
   }
   __device__ __forceinline__ Tile at(const Params& p, int t, int rank) const {
@@ -75,9 +75,9 @@ struct Tiles {
   }
 };
 
-// The CTA's walk over its cluster tiles: first_tile, first_tile + stride, ... below count (grouped kernels: the
-// host's bound, m_blocks row tiles per N block, and the cursor ends the walk; row ids: no bound, so every role takes
-// every run out of the ring, up to its end, and the run warp never waits on a slot no one releases).
+// The CTA's walk over its cluster tiles: first_tile, first_tile + stride, ... below count (grouped kernels: no bound,
+// so every role takes every run out of the ring, up to its end, and the run warp never waits on a slot no one
+// releases; the host checks t stays below 2^31 over m_blocks row tiles per N block).
 struct TileWalk {
   int first, stride, count;
 };
@@ -85,7 +85,7 @@ template <class C, int kCluster>
 __device__ __forceinline__ TileWalk tile_walk(const Params& p) {
   TileWalk walk;
   walk.count = m_groups_of<kCluster, C::kAlongN>(p) * n_groups_of<kCluster, C::kAlongN>(p) * p.splits;
-  if (C::kType == GemmType::kGrouped && p.row_ids) walk.count = 0x7fffffff;  // the host checks t stays below
+  if (C::kType == GemmType::kGrouped) walk.count = 0x7fffffff;
   walk.first = blockIdx.x / kCluster, walk.stride = gridDim.x / kCluster;
   return walk;
 }
