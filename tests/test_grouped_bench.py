@@ -135,7 +135,7 @@ def test_the_harness_runs_end_to_end_on_cpu_and_its_json_plots(tmp_path, monkeyp
                 assert r["errors"][name].startswith("missing: deep_gemm is not installed")
     assert report["environment"]["seed"] == 0 and report["environment"]["ours_runs"]["contiguous"] == "reference"
     # decode cases (<= 64 rows in every group) carry the weight-read floor of their groups with rows
-    bandwidth = report["environment"]["copy_bandwidth_bytes_per_s"]
+    bandwidth = report["environment"]["floor_bandwidth_bytes_per_s"]
     assert "weight_floor_us" not in by_label["tiny contiguous"]  # a group of 130 rows: past decode
     for label in ("tiny masked", "tiny experts"):
         r = by_label[label]

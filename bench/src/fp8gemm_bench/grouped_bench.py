@@ -50,7 +50,7 @@ from .grouped_peers import (
     missing_paths,
 )
 from .layer_bench import peer_versions, time_graph
-from .weight_floor import copy_bandwidth, floor_summary, floor_us, grouped_weight_bytes
+from .weight_floor import floor_bandwidths, floor_summary, floor_us, grouped_weight_bytes
 
 # DeepGEMM's grouped test shapes (groups x expected rows per group; each group's rows drawn in [0.7, 1.3] x that).
 DEEPGEMM_CONTIGUOUS_GROUPS = [(4, 8192), (8, 4096)]
@@ -319,9 +319,9 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     env.update(method="CUDA graph over expert-weight copies >= 2x L2; median of replays; TFLOP/s on real rows",
                peers=peer_versions(), ours_runs={k: "kernel" if v else "reference" for k, v in kernel_layouts.items()},
                deepgemm_alignment=_alignment(), missing={k: v for k, v in missing.items()},
-               copy_bandwidth_bytes_per_s=copy_bandwidth(device, timer or time_graph),
-               weight_floor="decode cases: the FP8 weights and scales of the groups with rows over the copy bandwidth "
-               "(a copy's read plus write per second)")  # fmt: skip
+               **floor_bandwidths(device, timer or time_graph),
+               weight_floor="decode cases: the FP8 weights and scales of the groups with rows over the floor bandwidth "
+               "(the faster of a 1 GiB copy's read plus write and a read-only pass, per second)")  # fmt: skip
     labels = [c.label for c in cases]
     rows = earlier_rows(earlier, env, lambda r: r["label"] in labels)
     env["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
@@ -331,7 +331,7 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
         if any(r["label"] == case.label for r in rows):
             continue
         rows.append(time_case(case, device, backend, seed, timer or time_graph, l2, missing, kernel_layouts,
-                              env["copy_bandwidth_bytes_per_s"]))  # fmt: skip
+                              env["floor_bandwidth_bytes_per_s"]))  # fmt: skip
         progress(row_text(rows[-1]))
         report["summary"] = summarize(rows, env["deepgemm_alignment"])
         if checkpoint:

@@ -55,7 +55,7 @@ from .moe_peers import (
     distinct_experts,
     missing_paths,
 )
-from .weight_floor import copy_bandwidth, experts_weight_bytes, floor_summary, floor_us
+from .weight_floor import experts_weight_bytes, floor_bandwidths, floor_summary, floor_us
 
 
 @dataclass(frozen=True)
@@ -372,13 +372,14 @@ def run(device, cases: list[Case] | None = None, backend: str | None = None, pro
     missing = missing_paths(device)
     env = environment(device, backend, seed)
     l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
-    bandwidth = copy_bandwidth(device, timer or time_graph)
+    rates = floor_bandwidths(device, timer or time_graph)
+    bandwidth = rates["floor_bandwidth_bytes_per_s"]
     env.update(method=f"CUDA graph of >= {MIN_CALLS} calls (T <= {CALLS_TOKENS}) cycling through weight copies; "
                "median of replays; TFLOP/s = 2*T*k*3*H*I / time", peers=_peer_versions(), l2_bytes=l2,
                ours_runs={k: "kernel" if v else "reference" for k, v in layouts.items()}, missing=missing,
-               notes=dict(NOTES), quick=quick, decode=decode, copy_bandwidth_bytes_per_s=bandwidth,
-               weight_floor="decode cases: the FP8 weights and scales of the experts the batch touches over the copy "
-               "bandwidth (a copy's read plus write per second)")  # fmt: skip
+               notes=dict(NOTES), quick=quick, decode=decode, **rates,
+               weight_floor="decode cases: the FP8 weights and scales of the experts the batch touches over the floor "
+               "bandwidth (the faster of a 1 GiB copy's read plus write and a read-only pass, per second)")  # fmt: skip
     labels = [c.label for c in cases]
     rows = earlier_rows(earlier, env, lambda r: r["label"] in labels)
     env["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
