@@ -9,6 +9,7 @@
 // groups are the runs of one id, which each block finds in one pass over the ids (row_ids_tile.cuh).
 #pragma once
 
+#include "contiguous_tile.cuh"
 #include "fp8gemm/grouped_params.hpp"
 #include "gemm_kernel.cuh"
 #include "row_ids_tile.cuh"
@@ -19,21 +20,7 @@ using GroupedParams = fp8gemm::GroupedParams;
 
 __device__ __forceinline__ int clamp_rows(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
 
-// Contiguous: row tile y in the order of the groups, found by a scan of the ends, each clamped to [previous end, m]
-// so the groups never overlap or leave A. Empty groups add no tiles; the scan stops at the tile's group.
-template <int BM>
-__device__ __forceinline__ GroupTile contiguous_tile(const GroupedParams& p, int y) {
-  int begin = 0, first_tile = 0;
-#pragma unroll 4
-  for (int g = 0; g < p.groups; ++g) {
-    const int end = clamp_rows(__ldg(p.group_rows + g), begin, p.m);
-    const int tiles = (end - begin + BM - 1) / BM;
-    if (y < first_tile + tiles) return {g, begin + (y - first_tile) * BM, end};
-    first_tile += tiles;
-    begin = end;
-  }
-  return {-1, 0, 0};
-}
+// Contiguous: contiguous_tile.cuh (each warp scans the group ends with shuffles).
 
 // Masked: tiles_per_group row tiles per group; those at or past the group's rows (clamped to [0, M_max]) are idle.
 template <int BM>

@@ -7,33 +7,16 @@
 // kernel's, on that group's A, B, scales and out. A tile's rows end at its group's end, so it never writes another
 // group's rows; workgroups past the last tile return at once. Row ids (one id per row, any order): the groups are the
 // runs of one id in consecutive rows, found by the whole workgroup in one read of the ids per pass.
+#include "contiguous_tile.hpp"
 #include "hip_compat.hpp"
 #include "launch.hpp"
 #include "tile.hpp"
 
 namespace fp8gemm_gfx942 {
 
-// A workgroup's tile: its group (-1: none), its first row and the group's row end, in the group's view of A/out.
-struct GroupTile {
-  int group, row0, row_end;
-};
-
 __device__ inline int clamp_rows(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
 
-// Contiguous: row tile y in the order of the groups, found by a scan of the ends, each clamped to [previous end,
-// m] so the groups never overlap or leave A. Empty groups add no tiles; the scan stops at the tile's group.
-template <int BM>
-__device__ inline GroupTile contiguous_tile(const GroupedParams& p, int y) {
-  int begin = 0, first_tile = 0;
-  for (int g = 0; g < p.groups; ++g) {
-    const int end = clamp_rows(p.group_rows[g], begin, p.m);
-    const int tiles = (end - begin + BM - 1) / BM;
-    if (y < first_tile + tiles) return {g, begin + (y - first_tile) * BM, end};
-    first_tile += tiles;
-    begin = end;
-  }
-  return {-1, 0, 0};
-}
+// Contiguous: contiguous_tile.hpp (each wavefront scans the group ends with cross-lane reads).
 
 // Masked: tiles_per_group row tiles per group; those at or past the group's rows (clamped to [0, M_max]) are idle.
 template <int BM>
