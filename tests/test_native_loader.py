@@ -66,3 +66,12 @@ def test_only_a_declined_call_goes_on_to_the_planner():
     native.reraise_unless_miss(RuntimeError(native.NATIVE_MISS + "weight layout"))
     with pytest.raises(RuntimeError, match="launch failed"):
         native.reraise_unless_miss(RuntimeError("fp8gemm_sm90a: launch failed"))
+    # The dispatcher sending a CPU or meta argument past the op's CUDA kernel: the planner names the argument.
+    native.reraise_unless_miss(NotImplementedError("Could not run 'pkg::gemm' with arguments from the 'CPU' backend."))
+    native.reraise_unless_miss(
+        NotImplementedError(
+            "pkg::grouped_gemm: attempted to run this operator with Meta tensors, but there was no fake"
+        )
+    )
+    with pytest.raises(NotImplementedError, match="another block size"):
+        native.reraise_unless_miss(NotImplementedError("another block size"))
