@@ -5,25 +5,25 @@ cross-lane reads, built with the host compiler over a small shim (one std::threa
 wavefront, ds_bpermute through an exchange, as the CPU emulator's build takes it: no readlane) and run for every row
 tile y (and -1, and past the last tile) of both tile heights: every lane must return what a walk of the groups one at
 a time returns (the function it replaced, in the driver), bit for bit, on the cases of
-test_sm120_grouped_contiguous_tile.py (up to 700 groups, mostly empty, ends that decrease, pass m or are negative).
+tests/contiguous_tile_driver.py (up to 700 groups, mostly empty, ends that decrease, pass m or are negative).
 Then the grouped kernel itself (csrc/grouped.hip) on the CPU emulator with hundreds of groups, each against a float64
 oracle (test_gfx942_emulation_grouped's checks: rows outside every group stay NaN)."""
 
 from __future__ import annotations
 
 import random
-import subprocess
 
 import pytest
 import test_gfx942_emulation
 import torch
+from contiguous_tile_driver import INT_MAX, build_driver, decode_ends, drawn_split, drawn_splits, named_splits, walk
 from hypothesis import given, settings
-from hypothesis import strategies as st
-from isa import ROOT, require_tool
+from isa import ROOT
 from test_gfx942_emulation_grouped import Problem, check, launch_once
-from test_sm120_grouped_contiguous_tile import INT_MAX, NAMED, decode_ends, spoil, walk
 
 emulator, mi300x = test_gfx942_emulation.emulator, test_gfx942_emulation.mi300x  # built once for the test run
+
+HEIGHTS = (32, 128)  # Cfg32, Cfg128
 
 HIP_RUNTIME = r"""
 // The few HIP names csrc/contiguous_tile.hpp uses, on host threads (the driver defines them).
@@ -35,12 +35,7 @@ unsigned emulated_workitem_id();
 #define __builtin_amdgcn_workitem_id_x() emulated_workitem_id()
 """
 
-DRIVER = r"""
-#include <barrier>
-#include <cstdint>
-#include <cstdio>
-#include <thread>
-#include <vector>
+SHIM = r"""
 #include "contiguous_tile.hpp"
 using namespace fp8gemm_gfx942;
 
@@ -57,101 +52,31 @@ int emulated_bpermute(int byte_address, int value) {  // lane (address / 4) mod 
   return got;
 }
 
-// The walk contiguous_tile replaced: one group end at a time, each clamped to [previous end, m].
-template <int BM>
-GroupTile walk_tile(const fp8gemm::GroupedParams& p, int y) {
-  int begin = 0, first_tile = 0;
-  for (int g = 0; g < p.groups; ++g) {
-    const int r = p.group_rows[g], end = r < begin ? begin : r > p.m ? p.m : r;
-    const int tiles = (end - begin + BM - 1) / BM;
-    if (y < first_tile + tiles) return {g, begin + (y - first_tile) * BM, end};
-    first_tile += tiles;
-    begin = end;
-  }
-  return {-1, 0, 0};
-}
-
-template <int BM>
-int check(const fp8gemm::GroupedParams& p) {
-  int last = -1;  // y from -1 to two past the last tile
-  while (walk_tile<BM>(p, last + 1).group >= 0) ++last;
-  const int ys = last + 4;
-  std::barrier<> barrier(kLanes);
-  wave_barrier = &barrier;
-  std::vector<GroupTile> got(size_t(kLanes) * ys);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kLanes; ++t)
-    threads.emplace_back([&, t] {
-      workitem = kLanes + t;  // the workgroup's second wavefront
-      for (int i = 0; i < ys; ++i) got[size_t(t) * ys + i] = contiguous_tile<BM>(p, i - 1);
-    });
-  for (auto& t : threads) t.join();
-  for (int t = 0; t < kLanes; ++t)
-    for (int i = 0; i < ys; ++i) {
-      const GroupTile a = got[size_t(t) * ys + i], b = walk_tile<BM>(p, i - 1);
-      if (a.group != b.group || a.row0 != b.row0 || a.row_end != b.row_end) {
-        std::printf("mismatch BM %d y %d lane %d: %d %d %d, the walk %d %d %d\n", BM, i - 1, t, a.group, a.row0,
-                    a.row_end, b.group, b.row0, b.row_end);
-        return -1;
-      }
-    }
-  return last + 1;
-}
-
-int main() {
-  int groups, m;
-  while (std::scanf("%d %d", &groups, &m) == 2) {
-    std::vector<int32_t> ends(groups);
-    for (auto& r : ends) std::scanf("%d", &r);
-    fp8gemm::GroupedParams p{};
-    p.group_rows = ends.data(), p.m = m, p.groups = groups;
-    const int tiles32 = check<32>(p), tiles128 = tiles32 < 0 ? -1 : check<128>(p);  // Cfg32, Cfg128
-    std::printf("tiles %d %d\n", tiles32, tiles128);
-  }
-}
+constexpr int kThreads = kLanes;  // one wavefront
+constexpr char kThreadName[] = "lane";
+void start_threads() { wave_barrier = new std::barrier<>(kLanes); }
+void enter_thread(int t) { workitem = kLanes + t; }  // the workgroup's second wavefront
+void end_threads() { delete wave_barrier; }
 """
 
 
 @pytest.fixture(scope="module")
 def run_lookup(tmp_path_factory):
-    cxx = require_tool("g++")
     out = tmp_path_factory.mktemp("gfx942_contiguous_tile")
     csrc = ROOT / "packages" / "fp8gemm-rocm-gfx942" / "csrc"
-    core_include = ROOT / "packages" / "fp8gemm-core" / "src" / "fp8gemm" / "include"
-    (out / "hip").mkdir()
-    (out / "hip" / "hip_runtime.h").write_text(HIP_RUNTIME)
-    (out / "driver.cpp").write_text(DRIVER)
-    includes = [f"-I{folder}" for folder in (out, csrc, core_include)]  # out: the shim's hip/hip_runtime.h
-    build = [cxx, "-std=c++20", "-O1", "-pthread", "-DFP8GEMM_HIP_HEADERS", *includes]
-    subprocess.run([*build, str(out / "driver.cpp"), "-o", str(out / "driver")], check=True)
-
-    def run(ends: list[int], m: int) -> tuple[int, int]:
-        text = f"{len(ends)} {m}\n{' '.join(map(str, ends))}\n"
-        result = subprocess.run([str(out / "driver")], input=text, capture_output=True, text=True, check=True)
-        line = result.stdout.strip().splitlines()[-1]
-        assert line.startswith("tiles ") and "-1" not in line.split(), result.stdout
-        return tuple(map(int, line.split()[1:]))
-
-    return run
+    headers = {"hip/hip_runtime.h": HIP_RUNTIME}
+    return build_driver(out, SHIM, HEIGHTS, csrc, flags=["-DFP8GEMM_HIP_HEADERS"], headers=headers)
 
 
-@pytest.mark.parametrize("ends,m", [(e, m) for _, e, m in NAMED], ids=[name for name, _, _ in NAMED])
+@named_splits
 def test_many_groups_as_the_walk(run_lookup, ends, m):
     assert run_lookup(ends, m) == (len(walk(ends, m, 32)), len(walk(ends, m, 128)))
 
 
 @settings(max_examples=15, deadline=None)
-@given(
-    groups=st.integers(1, 700),
-    rows=st.integers(0, 300),
-    spoiled=st.integers(0, 12),
-    tail=st.sampled_from([0, 0, 9]),
-    seed=st.integers(0, 2**20),
-)
+@given(**drawn_splits(max_rows=300))
 def test_drawn_splits_as_the_walk(run_lookup, groups, rows, spoiled, tail, seed):
-    rng = random.Random(seed)
-    ends, m = decode_ends(groups, rows, rng)
-    run_lookup(spoil(ends, m + tail, rng, spoiled), m + tail)
+    run_lookup(*drawn_split(groups, rows, spoiled, tail, seed))
 
 
 def _kernel_problems() -> list[Problem]:
