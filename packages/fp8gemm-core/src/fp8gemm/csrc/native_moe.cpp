@@ -135,9 +135,11 @@ std::pair<int64_t, int64_t> out_rows(const Tensor& out, int64_t n, int32_t devic
 }
 
 // out[g, r] = a[g, r] @ b[g]^T for r < masked_m[g] (fp8gemm.grouped_gemm_masked): a [G, M_max, K] with MN-major
-// scales per group, b [G, N, K] with K-major block scales; rows past masked_m[g] are neither computed nor written.
+// scales per group, b [G, N, K] with K-major block scales; rows past masked_m[g] are neither computed nor written
+// (`zeroed`: out set to 0 first, once every check has passed, so a declined call costs no fill).
 void masked_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
-                 const Tensor& masked_m, int64_t expected_m, Tensor& out, int32_t device, uintptr_t stream) {
+                 const Tensor& masked_m, int64_t expected_m, Tensor& out, int32_t device, uintptr_t stream,
+                 bool zeroed) {
   need(g.entries.grouped_launch != nullptr, "no grouped kernel");
   need(a.dim() == 3 && b.dim() == 3 && out.dim() == 3, "operand ranks");
   const int64_t groups = a.size(0), m = a.size(1), k = a.size(2), n = b.size(1);
@@ -162,6 +164,8 @@ void masked_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const 
   const int64_t out_gs = groups == 1 ? m * ldo : out.stride(0);
   const int64_t bytes = g.entries.grouped_workspace_bytes(fp8gemm::kGroupedMasked, m, n, k, groups);
   const auto [buffer, workspace] = workspace_of(device, bytes);
+  if (zeroed && aoti_torch_zero_(out.get()) != AOTI_TORCH_SUCCESS)
+    throw std::runtime_error("fp8gemm: torch could not zero out");
   g.entries.grouped_launch(fp8gemm::GroupedArgs{
       address(a), address(b), address(a_scale), address(b_scale), address(out), workspace,
       address(masked_m), m, n, k, groups, lda, ldb, ldo, a_lds.first, b_lds.first, a_gs, b_gs, out_gs,
@@ -174,10 +178,9 @@ Tensor grouped_gemm_masked(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, T
   int32_t device = 0;
   const uintptr_t stream = current_stream(a, &device);
   need(a.dim() == 3 && b.dim() == 3, "operand ranks");
-  // Zeros: the functional call's rows past masked_m[g] read 0 (fp8gemm.grouped_gemm_masked).
+  // Zeroed (after the checks): the functional call's rows past masked_m[g] read 0 (fp8gemm.grouped_gemm_masked).
   Tensor out = empty(device, {a.size(0), a.size(1), b.size(1)}, fp32_out ? ScalarType::Float : ScalarType::BFloat16);
-  if (aoti_torch_zero_(out.get()) != AOTI_TORCH_SUCCESS) throw std::runtime_error("fp8gemm: torch could not zero out");
-  masked_into(a, b, a_scale, b_scale, masked_m, expected_m, out, device, stream);
+  masked_into(a, b, a_scale, b_scale, masked_m, expected_m, out, device, stream, true);
   return out;
 }
 
@@ -185,7 +188,7 @@ void grouped_gemm_masked_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale,
                              Tensor out) {
   int32_t device = 0;
   const uintptr_t stream = current_stream(a, &device);
-  masked_into(a, b, a_scale, b_scale, masked_m, expected_m, out, device, stream);
+  masked_into(a, b, a_scale, b_scale, masked_m, expected_m, out, device, stream, false);
 }
 
 // offs' values on the host, as the planner checks them (one copy of G integers, which waits for the stream): the
@@ -208,11 +211,25 @@ int64_t checked_offs_end(const Tensor& offs, int64_t m) {
   return previous;
 }
 
+// Rows [first, out.size(0)) of out set to 0: rows in no group read 0 (fp8gemm.grouped_gemm).
+void zero_rows_from(Tensor& out, int64_t first) {
+  const int64_t m = out.size(0), n = out.size(1);
+  if (first >= m) return;
+  AtenTensorHandle tail = nullptr;
+  const int64_t sizes[2] = {m - first, n}, strides[2] = {n, 1};
+  if (aoti_torch__reinterpret_tensor(out.get(), 2, sizes, strides, first * n, &tail) != AOTI_TORCH_SUCCESS)
+    throw std::runtime_error("fp8gemm: torch could not view out");
+  const Tensor rows(tail);
+  if (aoti_torch_zero_(tail) != AOTI_TORCH_SUCCESS) throw std::runtime_error("fp8gemm: torch could not zero out");
+}
+
 // out[r] = a[r] @ b[g]^T for the rows r of group g (fp8gemm.grouped_gemm): a [M, K] with MN-major scales, b [G, N, K]
 // with K-major block scales. kGroupedContiguous: group_rows is offs, int32 [G] row ends ([offs[g-1], offs[g])), rows
-// past offs[-1] not written; kGroupedRowIds: m_indices, int32 [M] each row's group, rows of id -1 not written.
+// past offs[-1] not written; kGroupedRowIds: m_indices, int32 [M] each row's group, rows of id -1 not written. Rows
+// from zero_from on are zeroed once every check has passed (a declined call leaves out as it was).
 void rows_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
-               const Tensor& group_rows, int layout, Tensor& out, int32_t device, uintptr_t stream) {
+               const Tensor& group_rows, int layout, Tensor& out, int32_t device, uintptr_t stream,
+               int64_t zero_from) {
   need(g.entries.grouped_launch != nullptr, "no grouped kernel");
   need(b.dim() == 3 && out.dim() == 2, "operand ranks");
   int64_t m = 0, k = 0;
@@ -228,6 +245,7 @@ void rows_into(const Tensor& a, const Tensor& b, const Tensor& a_scale, const Te
   const int64_t ldo = out_rows(out, n, device).first;
   const int64_t ldb = row_stride(b), b_gs = groups == 1 ? n * ldb : b.stride(0);
   const auto [buffer, workspace] = workspace_of(device, g.entries.grouped_workspace_bytes(layout, m, n, k, groups));
+  zero_rows_from(out, zero_from);
   g.entries.grouped_launch(fp8gemm::GroupedArgs{
       address(a), address(b), address(a_scale), address(b_scale), address(out), workspace, address(group_rows), m, n,
       k, groups, lda, ldb, ldo, a_scale_ld, b_lds.first, 0, b_gs, 0, 0, b_lds.second, 0, layout,
@@ -241,17 +259,8 @@ Tensor grouped_gemm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor o
   need(a.dim() == 2 && b.dim() == 3 && offs.dim() == 1 && a.size(0) > 0, "operand ranks");
   const int64_t m = a.size(0), end = check_offs ? checked_offs_end(offs, m) : 0;
   Tensor out = empty(device, {m, b.size(1)}, fp32_out ? ScalarType::Float : ScalarType::BFloat16);
-  // Rows in no group read 0 (fp8gemm.grouped_gemm); every row of a group is written, so with the ends known only a
-  // tail needs it.
-  if (end < m) {
-    AtenTensorHandle tail = nullptr;
-    const int64_t sizes[2] = {m - end, b.size(1)}, strides[2] = {b.size(1), 1};
-    if (aoti_torch__reinterpret_tensor(out.get(), 2, sizes, strides, end * b.size(1), &tail) != AOTI_TORCH_SUCCESS)
-      throw std::runtime_error("fp8gemm: torch could not view out");
-    const Tensor rows(tail);
-    if (aoti_torch_zero_(tail) != AOTI_TORCH_SUCCESS) throw std::runtime_error("fp8gemm: torch could not zero out");
-  }
-  rows_into(a, b, a_scale, b_scale, offs, fp8gemm::kGroupedContiguous, out, device, stream);
+  // Every row of a group is written, so with the ends known only the rows past them need zeros.
+  rows_into(a, b, a_scale, b_scale, offs, fp8gemm::kGroupedContiguous, out, device, stream, end);
   return out;
 }
 
@@ -260,7 +269,7 @@ void grouped_gemm_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor
   const uintptr_t stream = current_stream(a, &device);
   need(a.dim() == 2 && offs.dim() == 1 && a.size(0) > 0, "operand ranks");
   if (check_offs) checked_offs_end(offs, a.size(0));
-  rows_into(a, b, a_scale, b_scale, offs, fp8gemm::kGroupedContiguous, out, device, stream);
+  rows_into(a, b, a_scale, b_scale, offs, fp8gemm::kGroupedContiguous, out, device, stream, out.size(0));
 }
 
 // DeepGEMM's convention (fp8gemm.grouped_gemm with m_indices): the ids are read by the device alone, clamped there.
@@ -269,9 +278,8 @@ Tensor grouped_gemm_row_ids(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, 
   const uintptr_t stream = current_stream(a, &device);
   need(a.dim() == 2 && b.dim() == 3 && a.size(0) > 0, "operand ranks");
   Tensor out = empty(device, {a.size(0), b.size(1)}, fp32_out ? ScalarType::Float : ScalarType::BFloat16);
-  // Zeros: rows of id -1 read 0 (fp8gemm.grouped_gemm), and which they are only the device knows.
-  if (aoti_torch_zero_(out.get()) != AOTI_TORCH_SUCCESS) throw std::runtime_error("fp8gemm: torch could not zero out");
-  rows_into(a, b, a_scale, b_scale, m_indices, fp8gemm::kGroupedRowIds, out, device, stream);
+  // Every row zeroed: which rows have id -1 only the device knows.
+  rows_into(a, b, a_scale, b_scale, m_indices, fp8gemm::kGroupedRowIds, out, device, stream, 0);
   return out;
 }
 
@@ -279,7 +287,7 @@ void grouped_gemm_row_ids_out(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale
   int32_t device = 0;
   const uintptr_t stream = current_stream(a, &device);
   need(a.dim() == 2 && a.size(0) > 0, "operand ranks");
-  rows_into(a, b, a_scale, b_scale, m_indices, fp8gemm::kGroupedRowIds, out, device, stream);
+  rows_into(a, b, a_scale, b_scale, m_indices, fp8gemm::kGroupedRowIds, out, device, stream, out.size(0));
 }
 
 }  // namespace
