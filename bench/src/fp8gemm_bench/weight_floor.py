@@ -1,5 +1,5 @@
 """The weight-read floor of a decode case: the bytes of the FP8 weights (and their block scales) of the experts a
-batch touches, over the device's measured copy bandwidth. At decode a grouped GEMM or an experts layer cannot finish
+batch touches, over the faster of the device's measured copy and read rates (``floor_bandwidths``). At decode a grouped GEMM or an experts layer cannot finish
 before its weights have streamed in once; its time over this floor says how much of the stream it wastes."""
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def read_bandwidth(device, timer) -> float:
 
 def floor_bandwidths(device, timer) -> dict:
     """The report's rates: a copy's, a read's, and the floor's, the faster of the two (a decode GEMM reads its
-    weights: on an H200 its streams ran at 4.3 TB/s where a 1 GiB copy moved 2.7 TB/s, read plus write)."""
+    weights: on an H200 the grouped GEMMs streamed them at up to 4.19 TB/s where a 1 GiB copy moved 2.75, read plus
+    write, and the read pass 4.24)."""
     copy, read = copy_bandwidth(device, timer), read_bandwidth(device, timer)
     return {"copy_bandwidth_bytes_per_s": copy, "read_bandwidth_bytes_per_s": read,
             "floor_bandwidth_bytes_per_s": max(copy, read)}  # fmt: skip
@@ -55,7 +56,8 @@ def experts_weight_bytes(hidden: int, inter: int, experts: int) -> int:
 
 
 def floor_us(nbytes: int, bandwidth: float) -> float:
-    """Microseconds to read ``nbytes`` once at ``bandwidth`` (``floor_bandwidths``' floor rate)."""
+    """Microseconds to move ``nbytes`` once at ``bandwidth`` bytes per second (decode floors: ``floor_bandwidths``'
+    floor rate; the k-grouped weight gradient's roofline: the copy's, as it writes its output too)."""
     return nbytes / bandwidth * 1e6
 
 

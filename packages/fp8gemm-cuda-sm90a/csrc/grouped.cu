@@ -77,7 +77,7 @@ void grouped_launch_tile(const fp8gemm::GroupedArgs& args, int tile_index) {
   p.ldo = args.ldo, p.sb_ld = args.b_scale_ld;
   p.out_fp32 = args.out_kind == fp8gemm::kOutFP32;
   p.kb_per_split = p.k / kBlockK, p.splits = 1;
-  p.m_blocks = static_cast<int>(plan.row_tiles), p.n_blocks = static_cast<int>(plan.n_blocks);
+  p.n_blocks = static_cast<int>(plan.n_blocks);  // the row tiles' bound stays on the host (check_grouped_tiles)
   p.group_rows = reinterpret_cast<const int32_t*>(args.group_rows);
   p.groups = static_cast<int>(args.groups), p.masked = masked, p.row_ids = row_ids;
   p.sb_gs = args.b_scale_group_stride, p.out_gs = masked ? args.out_group_stride : 0;

@@ -21,7 +21,8 @@ struct Params {
   int tx_bytes;  // bytes per stage, as the tensor maps' boxes give them (launch_tiles.cuh: short_a)
   // The cluster tiles' order (groups of the plan's group_m M blocks for L2 reuse), its divisors computed at launch.
   TileOrder order;
-  // Grouped kernels: m is the rows of A's view (M, or M_max when masked) and m_blocks a bound on the row tiles.
+  // Grouped kernels: m is the rows of A's view (M, or M_max when masked); m_blocks is unused (the ring's last run
+  // ends the walk; the host bounds the row tiles).
   // Group g's B and B scales are at group coordinate g; its A rows, A scales and out rows at g when masked, else 0.
   const int32_t* group_rows;  // contiguous: cumulative row ends; masked: rows per group (device values, clamped)
   int groups, masked;
@@ -36,7 +37,7 @@ struct Params {
 // (fp8gemm::kKGroupedMaxExperts, asserted equal in wgrad_launch.cuh).
 constexpr int kKGroupedExperts = 2048;
 
-// Grouped kernels' row ids: the runs in flight from the run warp to the roles (run_ring.cuh), in smem.red.
+// Grouped kernels: the runs in flight from the run warp to the roles (run_ring.cuh), in smem.red.
 constexpr int kRunSlots = 32;
 constexpr int kRunRingBytes = kRunSlots * (2 * 8 + 4 * 4);
 

@@ -2,7 +2,7 @@
 // A's scales. Warp 1 (one-set loop): the B-scale warp, writing each tile's B scales into shared-memory
 // segments ahead of the consumers (a warp of its own, so its lanes load a segment's scales at once: one
 // load latency per segment). Warp 2 (256-row tiles): the store warp, issuing the consumers' TMA stores. Warp 3
-// (grouped kernels on row ids): the run warp (run_ring.cuh).
+// (grouped kernels): the run warp, handing out the groups with rows or the runs of row ids (run_ring.cuh).
 #pragma once
 
 #include "epilogue.cuh"

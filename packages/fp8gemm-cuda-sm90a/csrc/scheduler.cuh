@@ -77,15 +77,16 @@ struct Tiles {
 
 // The CTA's walk over its cluster tiles: first_tile, first_tile + stride, ... below count (grouped kernels: no bound,
 // so every role takes every run out of the ring, up to its end, and the run warp never waits on a slot no one
-// releases; the host checks t stays below 2^31 over m_blocks row tiles per N block).
+// releases; the host checks t stays below 2^31 over its bound on the row tiles per N block).
 struct TileWalk {
   int first, stride, count;
 };
 template <class C, int kCluster>
 __device__ __forceinline__ TileWalk tile_walk(const Params& p) {
   TileWalk walk;
-  walk.count = m_groups_of<kCluster, C::kAlongN>(p) * n_groups_of<kCluster, C::kAlongN>(p) * p.splits;
-  if (C::kType == GemmType::kGrouped) walk.count = 0x7fffffff;
+  walk.count = C::kType == GemmType::kGrouped
+                   ? 0x7fffffff
+                   : m_groups_of<kCluster, C::kAlongN>(p) * n_groups_of<kCluster, C::kAlongN>(p) * p.splits;
   walk.first = blockIdx.x / kCluster, walk.stride = gridDim.x / kCluster;
   return walk;
 }

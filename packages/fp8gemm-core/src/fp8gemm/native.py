@@ -84,14 +84,16 @@ def load_native_ops(module: ModuleType, fp8_dtype: str, a_scale_layout: ScaleLay
     return bound, f"yes (torch.ops.{package})"
 
 
-# The dispatcher's words when no kernel of the op takes the arguments' devices (a CPU tensor; a meta one).
-DISPATCHED_AWAY = ("Could not run", "attempted to run this operator with Meta tensors")
+# The dispatcher's words when no kernel of the op takes the arguments' devices: a CPU tensor (its message's start), a
+# meta one (after the op's name).
+COULD_NOT_RUN, META_MISS = "Could not run", "attempted to run this operator with Meta tensors"
 
 
 def reraise_unless_miss(error: RuntimeError) -> None:
     """Re-raise ``error`` unless a native op declined the call (the Python planner then takes it). A
     NotImplementedError is the dispatcher's: an argument on another device (meta, CPU) sent the call past the op's
     CUDA kernel, and the planner's checks name that argument."""
-    dispatched_away = isinstance(error, NotImplementedError) and any(words in str(error) for words in DISPATCHED_AWAY)
+    text = str(error)
+    dispatched_away = isinstance(error, NotImplementedError) and (text.startswith(COULD_NOT_RUN) or META_MISS in text)
     if not dispatched_away and not str(error).startswith(NATIVE_MISS):
         raise error
