@@ -212,7 +212,10 @@ def test_the_harness_runs_every_path_end_to_end_on_cpu_and_its_json_plots(tmp_pa
     assert (
         s["decode_ours_over_grouped_alone"]["cases"] == s["decode_ours_over_grouped_alone"]["step_floor"]["cases"] == 3
     )
-    bandwidth = report["environment"]["floor_bandwidth_bytes_per_s"]
+    env = report["environment"]
+    bandwidth = env["floor_bandwidth_bytes_per_s"]  # the faster of the copy's and the read pass's rates
+    assert env["copy_bandwidth_bytes_per_s"] > 0 and env["read_bandwidth_bytes_per_s"] > 0
+    assert bandwidth == max(env["copy_bandwidth_bytes_per_s"], env["read_bandwidth_bytes_per_s"])
     for r in report["rows"]:  # every case here is a decode case: the weight-read floor of the experts it touches
         experts = r["experts_hit"]
         h, i = r["hidden"], r["inter"]

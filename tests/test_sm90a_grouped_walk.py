@@ -1,47 +1,91 @@
 """fp8gemm-cuda-sm90a's grouped kernels without a GPU: their plan (csrc/heuristics.hpp grouped_plan_for), the run
-warp's scan of the groups (csrc/run_ring.cuh scan_groups, its per-lane arithmetic in csrc/row_runs.hpp) and the tile
-walk over its runs (csrc/group_cursor.hpp seek_runs) are plain C++, so a driver built with the host compiler runs the
-warp 32 groups at a time (its shuffles and ballots as loops), then the persistent grid's walk (every CTA with its own
-cursor, as on the device), for group splits that hypothesis draws. The runs must be the groups with rows as
-GroupCursor::next_group clamps them, every row of every group must be stored by exactly one tile per N block, no tile
-may store another group's rows, and every load must lie inside A (rows from a 4-row boundary) and cover the rows its
-tile stores."""
+warp's scan of the groups (csrc/row_runs.hpp scan_group_ends, the body of csrc/run_ring.cuh scan_groups) and the tile
+walk over its runs (csrc/group_cursor.hpp seek_runs) are plain C++. A driver built with the host compiler runs the
+scan's own source on 32 threads, one per lane (its shuffles, ballots and __syncwarp through a std::barrier, each lane's
+put_run recorded instead of stored in the ring), then the persistent grid's walk over the runs it handed out (every
+CTA with its own cursor, as on the device), for group splits that hypothesis draws. The runs must be numbered 0, 1, ...
+and be the groups with rows as GroupCursor::next_group clamps them, then lane 0's end; every row of every group must be
+stored by exactly one tile per N block, no tile may store another group's rows, and every load must lie inside A (rows
+from a 4-row boundary) and cover the rows its tile stores."""
 
 from __future__ import annotations
 
+import random
+import subprocess
+
 import pytest
+from contiguous_tile_driver import CORE_INCLUDE, decode_ends, drawn_splits, named_splits, spoil
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from isa import sm90a_host_driver
+from isa import ROOT, require_tool
 
 DRIVER = r"""
+#include <algorithm>
+#include <barrier>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 #include <vector>
 #include "heuristics.hpp"
 #include "row_runs.hpp"
 using namespace fp8gemm_sm90a;
 struct Walk { const int32_t* group_rows; int groups, masked, m, n_blocks; };
 
-// The run warp of run_ring.cuh scan_groups, 32 groups at a time; its shuffle scan and ballot as loops.
-std::vector<RowRun> scan(const Walk& w) {
-  std::vector<RowRun> runs;
-  int carry = 0, emitted = 0;
-  for (int base = 0; base < w.groups; base += 32) {
-    int begin[32] = {}, end[32];
-    uint32_t emits = 0;
-    for (int l = 0; l < 32; ++l) end[l] = clamped_rows(base + l < w.groups ? w.group_rows[base + l] : 0, w.m);
-    if (!w.masked) {
-      for (int l = 0; l < 32; ++l) end[l] = std::max(end[l], l ? end[l - 1] : carry);
-      for (int l = 0; l < 32; ++l) begin[l] = l ? end[l - 1] : carry;
-      carry = end[31];
-    }
-    for (int l = 0; l < 32; ++l) emits |= uint32_t(base + l < w.groups && end[l] > begin[l]) << l;
-    runs.resize(emitted + bit_count(emits));
-    for (int l = 0; l < 32; ++l)
-      if (emits >> l & 1) runs[run_number(emits, l, emitted)] = RowRun{begin[l], end[l], base + l};
-    emitted += bit_count(emits);
+// The run warp on the host, one std::thread per lane: a collective puts each lane's value in `slot`, meets the other
+// lanes at the barrier, reads, and meets them again (so no lane's next value overwrites one not yet read).
+struct HostWarp {
+  static inline std::barrier<>* meet = nullptr;
+  static inline int slot[32];
+  static inline const int32_t* group_rows = nullptr;  // the values a lane may load: [0, groups)
+  static inline int groups = 0;
+  static inline thread_local int lane = 0;
+  static int exchange(int value, int src) {
+    slot[lane] = value;
+    meet->arrive_and_wait();
+    const int got = slot[src];
+    meet->arrive_and_wait();
+    return got;
   }
-  return runs;
+  static int ldg(const int32_t* at) {
+    const long long g = at - group_rows;
+    if (g < 0 || g >= groups) {
+      std::fprintf(stderr, "lane %d loads group %lld of %d\n", lane, g, groups);
+      std::_Exit(3);
+    }
+    return *at;
+  }
+  static int shfl_up(int value, int d) { return exchange(value, lane >= d ? lane - d : lane); }
+  static int shfl(int value, int src) { return exchange(value, src); }
+  static uint32_t ballot(bool pred) {
+    slot[lane] = pred;
+    meet->arrive_and_wait();
+    uint32_t bits = 0;
+    for (int l = 0; l < 32; ++l) bits |= uint32_t(slot[l] != 0) << l;
+    meet->arrive_and_wait();
+    return bits;
+  }
+  static void sync() { meet->arrive_and_wait(); }
+};
+
+// What the lanes handed to put_run: run number n from `lane`, in run-number order (the ring's slots in turn).
+struct Put { int n, lane; RowRun run; };
+std::vector<Put> scan(const Walk& w) {
+  std::vector<Put> puts;
+  std::mutex lock;
+  std::barrier<> meet(32);
+  HostWarp::meet = &meet, HostWarp::group_rows = w.group_rows, HostWarp::groups = w.groups;
+  std::vector<std::thread> lanes;
+  for (int l = 0; l < 32; ++l)
+    lanes.emplace_back([&, l] {
+      HostWarp::lane = l;
+      scan_group_ends<HostWarp>(w, l, [&](int n, RowRun run) {
+        const std::lock_guard<std::mutex> hold(lock);
+        puts.push_back({n, l, run});
+      });
+    });
+  for (auto& lane : lanes) lane.join();
+  std::stable_sort(puts.begin(), puts.end(), [](const Put& a, const Put& b) { return a.n < b.n; });
+  return puts;
 }
 
 template <int kBlockM, int kPairs>
@@ -69,8 +113,11 @@ int main() {
                 (int)(fp8gemm_sm90a::grouped_tile_index(p.tile) >= 0), (long long)p.row_tiles,
                 (long long)p.n_blocks, (long long)p.grid);
     const Walk w{rows.data(), groups, masked, static_cast<int>(m), static_cast<int>(p.n_blocks)};
-    const auto runs = scan(w);
-    for (const auto& r : runs) std::printf("run %d %d %d\n", r.begin, r.end, r.id);
+    std::vector<RowRun> runs;  // as the roles take them from the ring: in run-number order, the end last
+    for (const auto& put : scan(w)) {
+      std::printf("put %d %d %d %d %d\n", put.n, put.lane, put.run.begin, put.run.end, put.run.id);
+      runs.push_back(put.run);
+    }
     GroupCursor<64, 1> one_at_a_time;  // the definition: next_group over every group
     for (RowRun r = one_at_a_time.next_group(w); r.id >= 0; r = one_at_a_time.next_group(w)) {
       one_at_a_time.group = r.id, one_at_a_time.end = r.end;
@@ -89,9 +136,26 @@ int main() {
 """
 
 
+def build_driver(out, source: str):
+    """``source`` built with the host compiler (C++20 for std::barrier, threads) over the sm90a package's headers;
+    returned, a run on a stdin text that gives back its stdout (a lane's load outside the group ends fails it)."""
+    csrc = ROOT / "packages" / "fp8gemm-cuda-sm90a" / "csrc"
+    (out / "driver.cpp").write_text(source)
+    build = [require_tool("g++"), "-std=c++20", "-O1", "-pthread", f"-I{csrc}", f"-I{CORE_INCLUDE}"]
+    subprocess.run([*build, str(out / "driver.cpp"), "-o", str(out / "driver")], check=True)
+
+    def run(stdin_text: str) -> str:
+        # a timeout: a collective that some lanes skip leaves the others waiting at the barrier
+        result = subprocess.run([str(out / "driver")], input=stdin_text, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    return run
+
+
 @pytest.fixture(scope="module")
 def run_walk(tmp_path_factory):
-    driver = sm90a_host_driver(tmp_path_factory.mktemp("sm90a_grouped"), DRIVER)
+    driver = build_driver(tmp_path_factory.mktemp("sm90a_grouped"), DRIVER)
 
     def run(masked: bool, group_rows: list[int], m: int, n: int, k: int = 7168, expected: int = 0, sms: int = 132):
         text = f"{int(masked)} {len(group_rows)} {m} {n} {k} {expected} {sms}\n{' '.join(map(str, group_rows))}\n"
@@ -100,9 +164,11 @@ def run_walk(tmp_path_factory):
         rows, cols, cluster, loop, compiled, row_tiles, n_blocks, grid = map(int, lines[0].split()[1:])
         plan = dict(rows=rows, cols=cols, cluster=cluster, loop=loop, compiled=compiled, row_tiles=row_tiles,
                     n_blocks=n_blocks, grid=grid)  # fmt: skip
-        runs = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("run ")]
+        puts = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("put ")]
         groups = [tuple(map(int, line.split()[1:])) for line in lines if line.startswith("group ")]
-        assert runs == groups  # the warp's scan hands out exactly the groups with rows, in order
+        assert [put[0] for put in puts] == list(range(len(puts)))  # each run number once: the ring's slots in turn
+        assert puts[-1][1:] == (0, 0, 0, -1)  # the end, from lane 0, after every run
+        assert [put[2:] for put in puts[:-1]] == groups  # exactly the groups with rows, in order
         tiles = [tuple(map(int, line.split())) for line in lines[1:-1] if line[0].isdigit() or line[0] == "-"]
         return plan, tiles
 
@@ -125,12 +191,13 @@ def check_walk(run_walk, masked: bool, group_rows: list[int], m: int, n: int, ex
     assert 1 <= plan["grid"] <= sms and plan["grid"] % plan["cluster"] == 0
     assert plan["n_blocks"] == -(-n // plan["cols"]) and plan["n_blocks"] >= plan["cluster"]
     block, pairs = plan["rows"], plan["cluster"]
+    ranges = group_ranges(masked, group_rows, m)
     stored = {}
     for group, _, n_block, row0, lo, hi in tiles:
         if n_block >= plan["n_blocks"]:  # a cluster's padding N block past N: its columns are never stored
             assert plan["n_blocks"] % pairs and n_block == plan["n_blocks"]
             continue
-        begin, end = group_ranges(masked, group_rows, m)[group]
+        begin, end = ranges[group]
         assert begin <= lo < hi <= end, (group, lo, hi, begin, end)  # its own group's rows, at least one
         assert row0 % 4 == 0 and 0 <= row0 <= lo and hi <= row0 + block  # the load covers what is stored
         assert row0 + block <= max(m, block) + 3  # inside A (a tile taller than A loads a box of A's rows)
@@ -139,7 +206,7 @@ def check_walk(run_walk, masked: bool, group_rows: list[int], m: int, n: int, ex
             key = (group, row, n_block)
             assert key not in stored, f"row {row} of group {group} stored twice"
             stored[key] = True
-    want = {(g, r, nb) for g, (b, e) in enumerate(group_ranges(masked, group_rows, m)) for r in range(b, e)
+    want = {(g, r, nb) for g, (b, e) in enumerate(ranges) for r in range(b, e)
             for nb in range(plan["n_blocks"])}  # fmt: skip
     assert set(stored) == want
     assert len(tiles) <= plan["row_tiles"] * -(-plan["n_blocks"] // pairs) * pairs
@@ -184,6 +251,27 @@ def test_out_of_range_group_rows_are_clamped(run_walk):
     # A buggy router's values: decreasing ends, ends past M, negative counts; the walk stays inside A.
     check_walk(run_walk, False, [40, 10, 10_000, -5, 70], 64, 256)
     check_walk(run_walk, True, [-3, 10_000, 17], 100, 256)
+
+
+@named_splits
+def test_named_splits_over_hundreds_of_groups(run_walk, ends, m):
+    # tests/contiguous_tile_driver.py's cases: up to 700 groups (the scan's batches of 256), mostly empty, with ends
+    # that decrease, pass m, are negative or the int extremes; contiguous, and the same values as masked_m where their
+    # rows stay few enough to check one by one.
+    check_walk(run_walk, False, ends, m, 256)
+    if sum(min(max(rows, 0), m) for rows in ends) <= 20_000:
+        check_walk(run_walk, True, ends, m, 256)
+
+
+@settings(max_examples=30, deadline=None)
+@given(**drawn_splits(max_rows=400), masked=st.booleans())
+def test_spoiled_values_over_many_groups(run_walk, groups, rows, spoiled, tail, seed, masked):
+    # A decode batch over up to 700 groups, up to 12 values replaced by a buggy router's: decreasing, past m, negative,
+    # the int extremes. Contiguous: cumulative ends; masked: rows per group.
+    rng = random.Random(seed)
+    ends, m = decode_ends(groups, rows, rng)
+    values = [end - before for before, end in zip([0, *ends[:-1]], ends, strict=True)] if masked else ends
+    check_walk(run_walk, masked, spoil(values, m + tail, rng, spoiled), m + tail, 512)
 
 
 @pytest.mark.parametrize(

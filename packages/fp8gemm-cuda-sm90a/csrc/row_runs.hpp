@@ -58,6 +58,63 @@ FP8GEMM_SM90A_HD int run_number(uint32_t emits, int lane, int emitted) {
 // group with rows is a run with its own id: the same rows GroupCursor::next_group gives, without a read per group.
 FP8GEMM_SM90A_HD int clamped_rows(int rows, int m) { return rows < 0 ? 0 : rows > m ? m : rows; }
 
+FP8GEMM_SM90A_HD int larger(int a, int b) {
+#if defined(__CUDA_ARCH__)
+  return max(a, b);
+#else
+  return a < b ? b : a;
+#endif
+}
+
+// A loop pragma for the device compiler (FP8GEMM_SM90A_PRAGMA(unroll 1)); the host's has none to take.
+#if defined(__CUDA_ARCH__)
+#define FP8GEMM_SM90A_PRAGMA(x) _Pragma(#x)
+#else
+#define FP8GEMM_SM90A_PRAGMA(x)
+#endif
+
+// The run warp's scan for `offs` (contiguous) and `masked_m` (run_ring.cuh scan_groups), one lane's part: every group
+// with rows handed to put_run(n, run) as run n, in group order, then the end (run {0, 0, -1}, from lane 0). p: the
+// launch's group_rows, groups, m and masked. Warp: the lane's load (ldg) and the warp's collectives (shfl_up, shfl,
+// ballot, sync), CUDA's intrinsics on the device, one thread per lane in tests/test_sm90a_grouped_walk.py.
+template <class Warp, class P, class PutRun>
+FP8GEMM_SM90A_HD void scan_group_ends(const P& p, int lane, PutRun&& put_run) {
+  constexpr int kBatch = 8;    // chunks of 32 groups whose loads are in flight together
+  int carry = 0, emitted = 0;  // the previous chunk's last clamped end (contiguous), the runs handed out
+  FP8GEMM_SM90A_PRAGMA(unroll 1)
+  for (int g0 = 0; g0 < p.groups; g0 += 32 * kBatch) {
+    int rows[kBatch];
+    FP8GEMM_SM90A_PRAGMA(unroll)
+    for (int j = 0; j < kBatch; ++j) {
+      const int g = g0 + 32 * j + lane;
+      rows[j] = g < p.groups ? Warp::ldg(p.group_rows + g) : 0;
+    }
+    FP8GEMM_SM90A_PRAGMA(unroll)
+    for (int j = 0; j < kBatch; ++j) {
+      const int g = g0 + 32 * j + lane;
+      if (g0 + 32 * j >= p.groups) break;  // warp-uniform
+      int end = clamped_rows(rows[j], p.m), begin = 0;
+      if (!p.masked) {  // warp-uniform
+        end = larger(end, carry);
+        FP8GEMM_SM90A_PRAGMA(unroll)
+        for (int d = 1; d < 32; d *= 2) {
+          const int below = Warp::shfl_up(end, d);
+          if (lane >= d) end = larger(end, below);
+        }
+        const int up = Warp::shfl_up(end, 1);
+        begin = lane ? up : carry;
+        carry = Warp::shfl(end, 31);
+      }
+      const bool has_rows = g < p.groups && end > begin;
+      const uint32_t emits = Warp::ballot(has_rows);
+      if (has_rows) put_run(run_number(emits, lane, emitted), RowRun{begin, end, g});
+      Warp::sync();
+      emitted += bit_count(emits);
+    }
+  }
+  if (lane == 0) put_run(emitted, RowRun{0, 0, -1});
+}
+
 // Where the run open after the chunk starts: its last run start (`starts`: the lanes' ballot), else the one before.
 FP8GEMM_SM90A_HD int open_after(uint32_t starts, int base, int open) {
   return starts ? base + highest_bit(starts) : open;

@@ -94,43 +94,19 @@ __device__ __forceinline__ void scan_runs(float* red, const Params& p, int lane)
   if (lane == 0) put_run(ring, emitted, RowRun{0, 0, -1});
 }
 
+// The run warp's lanes as row_runs.hpp scan_group_ends takes them: CUDA's load and collectives, every lane taking part.
+struct RunWarp {
+  __device__ __forceinline__ static int ldg(const int32_t* p) { return __ldg(p); }
+  __device__ __forceinline__ static int shfl_up(int v, int d) { return __shfl_up_sync(~0u, v, d); }
+  __device__ __forceinline__ static int shfl(int v, int lane) { return __shfl_sync(~0u, v, lane); }
+  __device__ __forceinline__ static uint32_t ballot(bool b) { return __ballot_sync(~0u, b); }
+  __device__ __forceinline__ static void sync() { __syncwarp(); }
+};
+
 // The run warp for `offs` (contiguous) and `masked_m`: every group with rows into the ring, in group order, then the end.
 __device__ __forceinline__ void scan_groups(float* red, const Params& p, int lane) {
-  constexpr int kBatch = 8;  // chunks of 32 groups whose loads are in flight together
   const uint32_t ring = smem_u32(red);
-  int carry = 0, emitted = 0;  // the previous chunk's last clamped end (contiguous), the runs handed out
-#pragma unroll 1
-  for (int g0 = 0; g0 < p.groups; g0 += 32 * kBatch) {
-    int rows[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int g = g0 + 32 * j + lane;
-      rows[j] = g < p.groups ? __ldg(p.group_rows + g) : 0;
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int g = g0 + 32 * j + lane;
-      if (g0 + 32 * j >= p.groups) break;  // warp-uniform
-      int end = clamped_rows(rows[j], p.m), begin = 0;
-      if (!p.masked) {  // warp-uniform
-        end = max(end, carry);
-#pragma unroll
-        for (int d = 1; d < 32; d *= 2) {
-          const int below = __shfl_up_sync(~0u, end, d);
-          if (lane >= d) end = max(end, below);
-        }
-        const int up = __shfl_up_sync(~0u, end, 1);
-        begin = lane ? up : carry;
-        carry = __shfl_sync(~0u, end, 31);
-      }
-      const bool has_rows = g < p.groups && end > begin;
-      const uint32_t emits = __ballot_sync(~0u, has_rows);
-      if (has_rows) put_run(ring, run_number(emits, lane, emitted), RowRun{begin, end, g});
-      __syncwarp();
-      emitted += bit_count(emits);
-    }
-  }
-  if (lane == 0) put_run(ring, emitted, RowRun{0, 0, -1});
+  scan_group_ends<RunWarp>(p, lane, [ring](int n, RowRun run) { put_run(ring, n, run); });
 }
 
 // A walking role's place in the ring: the ring's shared-memory address and the runs taken. `every_lane`: each

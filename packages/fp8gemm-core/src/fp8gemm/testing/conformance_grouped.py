@@ -85,8 +85,11 @@ GPU_SHAPES = [
     ("m_indices", (64, 0, 9, 128, 1, 200), 4096, 7168, 31, 0),
     ("masked", _permuted(33, 7) + (64,) * 7, 4096, 7168, 0, 64),
 ]  # fmt: skip
-# DeepGEMM's layout with more experts than a kernel may hold runs of at once (sm90a: 32, csrc/run_ring.cuh).
-GPU_CASES = [GroupedCase("m_indices", _permuted(40, 9), 4096, 7168, tail=5, order="sorted")]
+# DeepGEMM's layout with more experts than a kernel may hold runs of at once (sm90a: 32, csrc/run_ring.cuh). Then decode
+# over 300 experts, 8 with rows, on both sides of the sm90a run warp's chunks of 32 groups and batches of 256.
+DECODE_300 = tuple({0: 3, 31: 1, 32: 130, 95: 9, 255: 64, 256: 2, 257: 17, 299: 40}.get(g, 0) for g in range(300))
+GPU_CASES = [GroupedCase("m_indices", _permuted(40, 9), 4096, 7168, tail=5, order="sorted"),
+             GroupedCase("offs", DECODE_300, 256, 256, tail=3), GroupedCase("masked", DECODE_300, 256, 256, m_max=130)]  # fmt: skip
 
 
 # Rows in no group read as zeros from the functional call, every masked_m from 0 to M_max. Then one group with an odd
