@@ -65,14 +65,8 @@ Params wgrad_params(const Args& args, const char* entry) {
   const std::string who = std::string(kPackage) + ": " + entry + ": ";
   if (const char* why = fp8gemm::wgrad_args_refusal(args)) throw std::invalid_argument(who + why);
   Params p{};
-  p.a = reinterpret_cast<const uint8_t*>(args.a);
-  p.b = reinterpret_cast<const uint8_t*>(args.b);
-  p.a_scale = reinterpret_cast<const float*>(args.a_scale);
-  p.b_scale = reinterpret_cast<const float*>(args.b_scale);  // per row of b, MN-major
-  p.out = reinterpret_cast<void*>(args.out);
-  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
-  p.lda = args.lda, p.ldb = args.ldb, p.ldo = args.ldo, p.sa_ld = args.a_scale_ld, p.sb_ld = args.b_scale_ld;
-  p.out_fp32 = args.out_kind == fp8gemm::kOutFP32, p.kb_per_split = p.k / kBlockK;
+  fp8gemm::set_operands(p, args);  // b_scale: per row of b, MN-major
+  p.kb_per_split = p.k / kBlockK;
   return p;
 }
 
