@@ -21,6 +21,7 @@ from fp8gemm.reference import BLOCK, reference_quantize
 from fp8gemm.testing.conformance import relative_error
 from fp8gemm.training import grouped_wgrad, kgrouped_wgrad, quantize_grouped_with_transpose
 from fp8gemm.training.grouped_quantize import block_experts, expert_columns
+from kgrouped_float64 import kgrouped_float64
 
 FP8 = test_gfx942_emulation.FP8
 emulator, mi300x = test_gfx942_emulation.emulator, test_gfx942_emulation.mi300x  # built once for the test run
@@ -44,17 +45,6 @@ def _operands(counts, n, k, seed):
         transposes.append((q.q_t[:width], q.scale_t[:width]))
     (a_t, a_scale_t), (b_t, b_scale_t) = transposes
     return offs, a_t, b_t, a_scale_t, b_scale_t
-
-
-def _float64(a_t, b_t, a_scale_t, b_scale_t, counts) -> torch.Tensor:
-    """Each expert's product in float64 of the dequantized operands, its columns found by a host loop."""
-    a64, b64 = dequantize64(a_t, a_scale_t), dequantize64(b_t, b_scale_t)
-    out, start = [], 0
-    for e, tokens in enumerate(counts):
-        first = BLOCK * (e + start // BLOCK)
-        out.append(a64[:, first : first + tokens] @ b64[:, first : first + tokens].t())
-        start += tokens
-    return torch.stack(out)
 
 
 def _float64_of_the_references_experts(a_t, b_t, a_scale_t, b_scale_t, offs) -> torch.Tensor:
@@ -106,7 +96,7 @@ CASES = [
 def test_every_expert_against_float64_of_the_same_fp8_operands(emulator, mi300x, case):
     counts, n, k = case
     offs, *operands = _operands(counts, n, k, seed=7000 + len(counts) + n)
-    want = _float64(*operands, counts)
+    want = kgrouped_float64(*operands, counts)
     guard, out = _guarded(len(counts), n, k)
     launches = emulator.kgrouped_wgrad_launches
     assert kgrouped_wgrad(*operands, offs, out=out) is out
@@ -126,7 +116,7 @@ def test_accumulate_adds_and_leaves_empty_experts_bits_untouched(emulator, mi300
     start = torch.randn(len(counts), 48, 32, generator=torch.Generator().manual_seed(7101)) * 10
     start[1, 0, 0] = -0.0  # untouched means its bits too: -0.0 + 0.0 would be +0.0
     product = kgrouped_wgrad(*operands, offs)
-    _check_experts(product, _float64(*operands, counts), FP32_TOLERANCE)
+    _check_experts(product, kgrouped_float64(*operands, counts), FP32_TOLERANCE)
     out = start.clone()
     kgrouped_wgrad(*operands, offs, out=out, accumulate=True)
     assert torch.equal(out[[0, 2, 4]], start[[0, 2, 4]] + product[[0, 2, 4]])  # one fp32 add onto each element

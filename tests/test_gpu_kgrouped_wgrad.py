@@ -15,9 +15,9 @@ import pytest
 import torch
 from conftest import count_calls, device_under_test, gpu_backends_with
 from fp8gemm import registry
-from fp8gemm.moe_reference import dequantize64
 from fp8gemm.testing.conformance import DEFAULT_SEED, relative_error
 from fp8gemm.training import grouped_wgrad, kgrouped_wgrad, quantize_grouped_with_transpose
+from kgrouped_float64 import kgrouped_float64
 
 pytestmark = pytest.mark.skipif(device_under_test().type == "cpu", reason="needs a GPU")
 
@@ -44,17 +44,6 @@ def _operands(counts, n, k, seed):
     dy = (torch.randn(rows, n, generator=gen) * (torch.rand(rows, 1, generator=gen) * 4 + 0.1)).bfloat16().cuda()
     x = (torch.randn(rows, k, generator=gen) * (torch.rand(rows, 1, generator=gen) * 4 + 0.1)).bfloat16().cuda()
     return offs, quantize_grouped_with_transpose(dy, offs), quantize_grouped_with_transpose(x, offs)
-
-
-def _float64(a, b, counts) -> torch.Tensor:
-    """Each expert's product in float64 of the dequantized operands, its columns found by a host loop."""
-    a64, b64 = dequantize64(a.q_t, a.scale_t), dequantize64(b.q_t, b.scale_t)
-    out, start = [], 0
-    for e, n in enumerate(counts):
-        first = 128 * (e + start // 128)
-        out.append(a64[:, first : first + n] @ b64[:, first : first + n].t())
-        start += n
-    return torch.stack(out)
 
 
 def _poisoned(shape, dtype=torch.float32) -> torch.Tensor:
@@ -89,7 +78,7 @@ CASES = [
 def test_every_expert_against_float64_of_the_same_fp8_operands(backend, case, launches):
     counts, n, k = case
     offs, a, b = _operands(counts, n, k, seed=len(counts) + n)
-    want = _float64(a, b, counts).cuda()
+    want = kgrouped_float64(a.q_t, b.q_t, a.scale_t, b.scale_t, counts)
     out = _poisoned(want.shape)
     kgrouped_wgrad(a.q_t, b.q_t, a.scale_t, b.scale_t, offs, out=out, backend=backend)
     assert launches[0] == 1
@@ -146,4 +135,4 @@ def test_more_experts_than_the_kernel_takes_run_the_reference(backend, launches)
     offs, a, b = _operands(counts, 128, 128, seed=12)
     out = kgrouped_wgrad(a.q_t, b.q_t, a.scale_t, b.scale_t, offs, backend=backend)
     assert launches[0] == 0
-    _check_experts(out, _float64(a, b, counts).cuda(), counts, 1e-6)
+    _check_experts(out, kgrouped_float64(a.q_t, b.q_t, a.scale_t, b.scale_t, counts), counts, 1e-6)

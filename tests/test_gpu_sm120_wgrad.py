@@ -19,10 +19,10 @@ import pytest
 import torch
 from conftest import backends_under_test, count_calls, device_under_test
 from fp8gemm import plans
-from fp8gemm.moe_reference import dequantize64
 from fp8gemm.reference import BLOCK
 from fp8gemm.testing.conformance import DEFAULT_SEED, relative_error
 from fp8gemm.training import grouped_wgrad, kgrouped_wgrad, quantize_grouped_with_transpose
+from kgrouped_float64 import kgrouped_float64
 from test_gpu_wgrad import GUARD, _float64_product, _guard_intact, _guarded, _operands
 
 pytestmark = [
@@ -144,16 +144,6 @@ def _grouped_operands(counts, n, k, rows_of_a, seed):
     return offs, a.q_t[:rows_of_a], b.q_t, a.scale_t[:rows_of_a], b.scale_t
 
 
-def _grouped_float64(q_a, q_b, s_a, s_b, counts) -> torch.Tensor:
-    a64, b64 = dequantize64(q_a, s_a), dequantize64(q_b, s_b)
-    out, start = [], 0
-    for e, tokens in enumerate(counts):
-        first = BLOCK * (e + start // BLOCK)
-        out.append(a64[:, first : first + tokens] @ b64[:, first : first + tokens].t())
-        start += tokens
-    return torch.stack(out).cuda()
-
-
 def _odd_expert_offsets(shape, dtype) -> torch.Tensor:
     """out [E, N, K] whose expert e starts e elements past E * N * K (rows 16-byte aligned), NaN-poisoned."""
     e, n, k = shape
@@ -166,7 +156,7 @@ def test_kgrouped_tiles_and_odd_expert_offsets(rows_of_a, monkeypatch):
     counts = [100, 0, 29, 300, 1]
     launches = count_calls(monkeypatch, grouped_wgrad, "_launch")
     offs, q_a, q_b, s_a, s_b = _grouped_operands(counts, 256, 384, rows_of_a, seed=rows_of_a)
-    want = _grouped_float64(q_a, q_b, s_a, s_b, counts)
+    want = kgrouped_float64(q_a, q_b, s_a, s_b, counts)
     out = torch.full(want.shape, float("nan"), device="cuda")
     kgrouped_wgrad(q_a, q_b, s_a, s_b, offs, out=out, backend=BACKEND)
     assert launches[0] == 1
