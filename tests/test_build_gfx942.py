@@ -20,9 +20,12 @@ from fp8gemm.protocol import (
     GROUPED_CONTIGUOUS,
     GROUPED_MASKED,
     GROUPED_ROW_IDS,
+    IN_BF16,
     KGROUPED_WGRAD_ARGS,
     MN_MAJOR,
     OUT_FP32,
+    QUANTIZE_GROUPED_TRANSPOSED_ARGS,
+    SOURCE_SWIGLU,
     ScaleLayout,
 )
 from hypothesis import given, settings
@@ -85,15 +88,22 @@ def _functions(asm: str) -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
-@pytest.mark.parametrize("kernel", ["quantize_transposed_kernel", "quantize_grouped_transposed_kernel"])
+# each transposing quantizer and its instances: from bf16, fp16, fp32; the row sources' gather from each, SwiGLU, and
+# its gradient with h of each kind
+TRANSPOSING_QUANTIZERS = {"quantize_transposed_kernel": 3, "quantize_grouped_transposed_kernel": 3,
+                          "quantize_grouped_source_kernel": 3 + 1 + 3}  # fmt: skip
+
+
+@pytest.mark.parametrize("kernel", list(TRANSPOSING_QUANTIZERS))
 def test_transposing_quantizer_isa_keeps_its_rows_in_registers(gfx942_dir, kernel):
-    """quantize_transposed_kernel (fp8gemm/quantize_tiles.cuh) and quantize_grouped_transposed_kernel (the same tile
-    after fp8gemm/quantize_grouped_tiles.cuh's expert search) from bf16, fp16, fp32: 16-byte row loads, the 16-lane
-    maximum through ds_bpermute, the tile's three workgroup barriers (the dense kernel: those alone), 8-byte LDS stores
-    of the transposed codes, and no scratch (both passes' rows of a thread held in registers, the tile inlined)."""
+    """quantize_transposed_kernel (fp8gemm/quantize_tiles.cuh), quantize_grouped_transposed_kernel (the same tile
+    after fp8gemm/quantize_grouped_tiles.cuh's expert search) and quantize_grouped_source_kernel (that, its rows
+    computed by fp8gemm/quantize_sources.cuh): 16-byte row loads, the 16-lane maximum through ds_bpermute, the tile's
+    three workgroup barriers (the dense kernel: those alone), 8-byte LDS stores of the transposed codes, and no scratch
+    (both passes' rows of a thread held in registers, the tile inlined)."""
     kernels = {name: body for name, body in _functions(_disassembly(gfx942_dir, "quantize")).items()
                if kernel in name}  # fmt: skip
-    assert len(kernels) == 3, sorted(kernels)
+    assert len(kernels) == TRANSPOSING_QUANTIZERS[kernel], sorted(kernels)
     for name, body in kernels.items():
         ops = re.findall(r"^\s+([a-z][a-z0-9_]*)\b", body, re.M)
         barriers = ops.count("s_barrier")
@@ -118,16 +128,16 @@ def test_resource_usage_no_spills_lds_fits(gfx942_dir):
     report = "".join((isa / f"{unit}-resource-usage.txt").read_text() for unit in units)
     kernels = re.split(r"remark: Function Name: ", report)[1:]
     # two tile configs + split-K reduction + the weight-gradient kernel and its k-grouped form in two tile configs each;
-    # grouped in two tile configs; quantization, with a transpose and with one per expert, from bf16, fp16, fp32; the
-    # mixture-of-experts steps (count, route, scatter, activation, combine)
-    assert len(kernels) == 7 + 2 + 3 * 3 + 5
+    # grouped in two tile configs; quantization, with a transpose and with one per expert, from bf16, fp16, fp32, and
+    # per expert from a row source; the mixture-of-experts steps (count, route, scatter, activation, combine)
+    assert len(kernels) == 7 + 2 + 3 * 3 + TRANSPOSING_QUANTIZERS["quantize_grouped_source_kernel"] + 5
     for text in kernels:
         name = text.split()[0]
         field = functools.partial(_report_field, text)
         assert field(r"ScratchSize \[bytes/lane\]") == 0, name
         # The transposing quantizers keep a thread's 8 rows, their bounds and offsets live through both passes
         # (fp8gemm/quantize_tiles.cuh): clang spills SGPRs into VGPR lanes (v_writelane), not to memory (no scratch).
-        sgprs_into_lanes = "transposed_kernel" in name
+        sgprs_into_lanes = "transposed_kernel" in name or "source_kernel" in name
         assert field("VGPRs Spill") == 0 and (sgprs_into_lanes or field("SGPRs Spill") == 0), name
         assert field("VGPRs") + field("AGPRs") <= 512, name
         assert field(r"LDS Size \[bytes/block\]") <= 64 * 1024, name
@@ -157,6 +167,18 @@ def test_kgrouped_wgrad_entry_is_bound_and_refuses_on_the_host(gfx942_module):
         address = KGROUPED_WGRAD_ARGS.pack(*(fields | {"experts": experts}).values())
         with pytest.raises(ValueError, match=r"kgrouped_wgrad_launch: 1 <= experts <= 2048 and k >= 128"):
             gfx942_module.kgrouped_wgrad_launch(address)
+
+
+def test_grouped_quantizer_refuses_a_source_on_the_host(gfx942_module):
+    """launch.cpp checks the row source (fp8gemm/quantize_grouped_launch.hpp check_row_source) before it touches a
+    device: a source without a kernel never runs as plain rows."""
+    assert gfx942_module.args_sizes()["quantize_grouped_transposed"] == QUANTIZE_GROUPED_TRANSPOSED_ARGS.size
+    fields = dict.fromkeys(QUANTIZE_GROUPED_TRANSPOSED_ARGS.fields, 0)
+    fields |= {"m": 16, "k": 256, "experts": 1, "columns": 256, "in_kind": IN_BF16}
+    for source, message in ((7, "unknown source 7"), (SOURCE_SWIGLU, "the SwiGLU source reads fp32 h")):
+        address = QUANTIZE_GROUPED_TRANSPOSED_ARGS.pack(*(fields | {"source": source}).values())
+        with pytest.raises(ValueError, match=rf"quantize_grouped_transposed: {message}"):
+            gfx942_module.quantize_grouped_transposed(address)
 
 
 @settings(max_examples=300, deadline=None)

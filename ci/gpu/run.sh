@@ -125,6 +125,8 @@ sanitize() {
         python3 -m pytest -q -p no:cacheprovider tests/test_layer_conformance.py -k "$be and (quantize or 512)"
       logged "san_${be}_transposed_$tool.txt" 1 timeout "$limit" compute-sanitizer --tool $tool --error-exitcode 9 \
         python3 -m pytest -q -p no:cacheprovider tests/test_gpu_training_quantize.py -k "$be and (float32 or 3d)"
+      logged "san_${be}_sources_$tool.txt" 1 timeout "$limit" compute-sanitizer --tool $tool --error-exitcode 9 \
+        python3 -m pytest -q -p no:cacheprovider tests/test_gpu_grouped_sources.py -k "$be and not fake"
     done
   done
 }

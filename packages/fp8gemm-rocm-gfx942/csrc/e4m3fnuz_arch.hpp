@@ -1,6 +1,6 @@
 // The e4m3fnuz Arch of the core's portable kernels (fp8gemm/quantize_rows.cuh, fp8gemm/quantize_tiles.cuh,
-// fp8gemm/moe_steps.cuh) on gfx942: codes with bias 8 (max 240), a 16-lane max through ds_bpermute, 16-byte loads, the
-// workgroup barrier.
+// fp8gemm/quantize_sources.cuh, fp8gemm/moe_steps.cuh) on gfx942: codes with bias 8 (max 240), a 16-lane max through
+// ds_bpermute, 16-byte loads, the workgroup barrier, expf.
 #pragma once
 #include "hip_compat.hpp"
 #include "fp8gemm/quantize_rows.cuh"
@@ -52,6 +52,9 @@ struct E4m3fnuzArch {
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
   }
+
+  // silu in fp8gemm/quantize_sources.cuh and fp8gemm/moe_steps.cuh; the builtin needs no device library
+  static __device__ inline float exp(float v) { return __builtin_expf(v); }
 
   static __device__ inline void store8(uint8_t* p, const float (&v)[8]) {
     u32x2 words = {0u, 0u};

@@ -127,9 +127,21 @@ void quantize_grouped_transposed(const fp8gemm::QuantizeGroupedTransposedArgs& a
   if (tiles * fp8gemm::kQuantThreads > UINT32_MAX || k_blocks > 65535)
     throw std::invalid_argument(std::string(kPackage) +
                                 ": quantize_grouped_transposed: too many rows or K blocks for one launch");
-  check(enqueue_quantize_grouped_transposed(fp8gemm::quantize_grouped_params(args), args.in_kind, tiles, k_blocks,
-                                            reinterpret_cast<void*>(args.stream)),
-        "quantize_grouped_transposed kernel launch");
+  void* stream = reinterpret_cast<void*>(args.stream);
+  if (args.source == fp8gemm::kSourceRows) {
+    check(enqueue_quantize_grouped_transposed(fp8gemm::quantize_grouped_params(args), args.in_kind, tiles, k_blocks,
+                                              stream),
+          "quantize_grouped_transposed kernel launch");
+    return;
+  }
+  const int err = enqueue_quantize_grouped_source(fp8gemm::quantize_grouped_params(args), args.source, args.in_kind,
+                                                  args.gate_up_kind, tiles, k_blocks, stream);
+  // a source the core's check passes but this package has no kernel for must not run as plain rows
+  if (err == kNoSourceKernel)
+    throw std::invalid_argument(std::string(kPackage) + ": quantize_grouped_transposed: no kernel for source " +
+                                std::to_string(args.source) + " with input kind " + std::to_string(args.in_kind) +
+                                " and gate_up kind " + std::to_string(args.gate_up_kind));
+  check(err, "quantize_grouped_transposed source kernel launch");
 }
 
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t experts) {

@@ -53,6 +53,11 @@ int enqueue_quantize_transposed(const fp8gemm::QuantizeTransposedParams& p, int 
 // The grouped quantization with a transpose on tiles x k_blocks workgroups (column-block indices, K blocks).
 int enqueue_quantize_grouped_transposed(const fp8gemm::QuantizeGroupedParams& p, int in_kind, int64_t tiles,
                                         int64_t k_blocks, void* stream);
+// The same grid, the rows computed by p.source (fp8gemm/quantize_sources.cuh); kNoSourceKernel, nothing enqueued, for
+// a source and kinds it has no kernel for.
+constexpr int kNoSourceKernel = -1;
+int enqueue_quantize_grouped_source(const fp8gemm::QuantizeGroupedParams& p, int source, int in_kind, int gate_up_kind,
+                                    int64_t tiles, int64_t k_blocks, void* stream);
 // Defined in moe.hip: enqueue one mixture-of-experts step on the grid fp8gemm/moe_launch.hpp gives.
 int enqueue_moe_route(const fp8gemm::MoeRouteParams& p, int64_t count_blocks, int64_t blocks, void* stream);
 int enqueue_moe_activation(const fp8gemm::MoeActivationParams& p, int64_t k_blocks, int64_t row_groups, void* stream);

@@ -1,10 +1,11 @@
 // Activation quantization for gfx942, with and without a transpose: the core's portable kernels
-// (fp8gemm/quantize_rows.cuh, fp8gemm/quantize_tiles.cuh) with e4m3fnuz codes (bias 8, max 240), a 16-lane max through
-// ds_bpermute, 256 work-items per workgroup.
+// (fp8gemm/quantize_rows.cuh, fp8gemm/quantize_tiles.cuh, fp8gemm/quantize_sources.cuh) with e4m3fnuz codes (bias 8,
+// max 240), a 16-lane max through ds_bpermute, 256 work-items per workgroup.
 #include "hip_compat.hpp"
 #include "e4m3fnuz_arch.hpp"
 #include "fp8gemm/quantize_rows.cuh"
 #include "fp8gemm/quantize_grouped_tiles.cuh"
+#include "fp8gemm/quantize_sources.cuh"
 #include "fp8gemm/quantize_tiles.cuh"
 #include "launch.hpp"
 
@@ -41,6 +42,42 @@ __global__ __attribute__((amdgpu_flat_work_group_size(fp8gemm::kQuantThreads, fp
                                                     __builtin_amdgcn_workitem_id_x(), search, tile);
 }
 
+// As quantize_grouped_transposed_kernel, the tile's rows computed by a row source (fp8gemm/backend.hpp RowSourceKind)
+// as they are loaded; kGateIn: the SwiGLU backward's h kind (unused by the other sources).
+template <int kSource, int kIn, int kGateIn>
+__global__ __attribute__((amdgpu_flat_work_group_size(fp8gemm::kQuantThreads, fp8gemm::kQuantThreads))) void quantize_grouped_source_kernel(fp8gemm::QuantizeGroupedParams p) {
+  __shared__ fp8gemm::ExpertSearch search;
+  __shared__ fp8gemm::TransposeTile tile;
+  fp8gemm::quantize_grouped_source_tile<E4m3fnuzArch, kSource, kIn, kGateIn>(
+      p, __builtin_amdgcn_workgroup_id_x(), __builtin_amdgcn_workgroup_id_y(), __builtin_amdgcn_workitem_id_x(), search,
+      tile);
+}
+
+template <int kSource, int kIn, int kGateIn = fp8gemm::kInFP32>
+const void* source_instance() {
+  return reinterpret_cast<const void*>(&quantize_grouped_source_kernel<kSource, kIn, kGateIn>);
+}
+
+// The instance for a source and its kinds, or null: gather from bf16/fp16/fp32 x, SwiGLU from fp32 h, its backward
+// from fp32 d and bf16/fp16/fp32 h.
+const void* grouped_source_kernel(int source, int in_kind, int gate_up_kind) {
+  using fp8gemm::kInBF16, fp8gemm::kInFP16, fp8gemm::kInFP32;
+  constexpr int kGather = fp8gemm::kSourceGather, kSwiglu = fp8gemm::kSourceSwiglu;
+  constexpr int kBackward = fp8gemm::kSourceSwigluBackward;
+  if (source == kGather) {
+    if (in_kind == kInBF16) return source_instance<kGather, kInBF16>();
+    if (in_kind == kInFP16) return source_instance<kGather, kInFP16>();
+    if (in_kind == kInFP32) return source_instance<kGather, kInFP32>();
+  } else if (source == kSwiglu && in_kind == kInFP32) {
+    return source_instance<kSwiglu, kInFP32>();
+  } else if (source == kBackward && in_kind == kInFP32) {
+    if (gate_up_kind == kInBF16) return source_instance<kBackward, kInFP32, kInBF16>();
+    if (gate_up_kind == kInFP16) return source_instance<kBackward, kInFP32, kInFP16>();
+    if (gate_up_kind == kInFP32) return source_instance<kBackward, kInFP32, kInFP32>();
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int enqueue_quantize(const fp8gemm::QuantizeParams& p, int in_kind, void* stream) {
@@ -72,6 +109,16 @@ int enqueue_quantize_grouped_transposed(const fp8gemm::QuantizeGroupedParams& p,
       in_kind == fp8gemm::kInBF16   ? reinterpret_cast<const void*>(&quantize_grouped_transposed_kernel<fp8gemm::kInBF16>)
       : in_kind == fp8gemm::kInFP16 ? reinterpret_cast<const void*>(&quantize_grouped_transposed_kernel<fp8gemm::kInFP16>)
                                     : reinterpret_cast<const void*>(&quantize_grouped_transposed_kernel<fp8gemm::kInFP32>);
+  fp8gemm::QuantizeGroupedParams params = p;
+  void* args[] = {&params};
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(k_blocks));
+  return hipLaunchKernel(kernel, grid, dim3(fp8gemm::kQuantThreads), args, 0, static_cast<hipStream_t>(stream));
+}
+
+int enqueue_quantize_grouped_source(const fp8gemm::QuantizeGroupedParams& p, int source, int in_kind, int gate_up_kind,
+                                    int64_t tiles, int64_t k_blocks, void* stream) {
+  const void* kernel = grouped_source_kernel(source, in_kind, gate_up_kind);
+  if (!kernel) return kNoSourceKernel;
   fp8gemm::QuantizeGroupedParams params = p;
   void* args[] = {&params};
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(k_blocks));

@@ -242,9 +242,10 @@ class Emulator:
             raise EmulationError(self._error())
 
     def quantize_grouped_transposed(self, args: int) -> None:
-        """``fp8gemm.protocol.QuantizeGroupedTransposedFn`` on the emulator; returns when the kernel has finished. As
-        for ``quantize``, the outputs are poisoned first: q [m, k] and q_t [k, columns] with code 0x80 (NaN in
-        e4m3fnuz), both scale tensors NaN from their first element to their last (strides as packed)."""
+        """``fp8gemm.protocol.QuantizeGroupedTransposedFn`` on the emulator, any row source (``source``); returns when
+        the kernel has finished. As for ``quantize``, the outputs are poisoned first: q [m, k] and q_t [k, columns] with
+        code 0x80 (NaN in e4m3fnuz), both scale tensors NaN from their first element to their last (strides as
+        packed); the inputs, whichever the source reads, are left alone."""
         from fp8gemm.protocol import QUANTIZE_GROUPED_TRANSPOSED_ARGS
 
         f = QUANTIZE_GROUPED_TRANSPOSED_ARGS.unpack(args) if args else {}

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 ENTRY_POINT_GROUP = "fp8gemm.backends"
-PROTOCOL_VERSION = 2  # fp8gemm/backend.hpp's kProtocolVersion
+PROTOCOL_VERSION = 3  # fp8gemm/backend.hpp's kProtocolVersion
 
 
 class ArgsMirror:
@@ -96,7 +96,8 @@ QUANTIZE_TRANSPOSED_ARGS = ArgsMirror(
 QUANTIZE_GROUPED_TRANSPOSED_ARGS = ArgsMirror(
     "quantize_grouped_transposed",
     "x:Q q:Q scale:Q q_t:Q scale_t:Q offs:Q m:q k:q experts:q columns:q ldx:q scale_s0:q scale_s1:q scale_t_s0:q "
-    "scale_t_s1:q in_kind:i pow2:i stream:Q",
+    "scale_t_s1:q in_kind:i pow2:i index:Q row_weight:Q gate_up:Q source_rows:q ld_gate_up:q source:i gate_up_kind:i "
+    "stream:Q",
 )
 KGROUPED_WGRAD_ARGS = ArgsMirror(
     "kgrouped_wgrad_launch",
@@ -121,6 +122,12 @@ MOE_MAX_TOP_K = 1024  # kMoeChunkSlots: a route block holds whole tokens
 K_MAJOR = "k_major"  # scale[row, kb] at row * ld + kb   (row-major [rows, K/128])
 MN_MAJOR = "mn_major"  # scale[row, kb] at kb * ld + row  (column-major [rows, K/128])
 SCALE_LAYOUTS = (K_MAJOR, MN_MAJOR)
+
+# What the grouped transposing quantizer's rows are (fp8gemm/backend.hpp RowSourceKind).
+SOURCE_ROWS = 0  # x's rows
+SOURCE_GATHER = 1  # x[index[r]] (times row_weight[r])
+SOURCE_SWIGLU = 2  # silu(h[r, :k]) * h[r, k:]
+SOURCE_SWIGLU_BACKWARD = 3  # that product's gradient from d [m, k/2] and h [m, k]
 
 OUT_BF16 = 0
 OUT_FP32 = 1
@@ -241,14 +248,17 @@ Guarantees as for ``quantize``; asynchronous like it. Optional: without it the c
 
 QuantizeGroupedTransposedFn = Callable[[int], None]
 """``quantize_grouped_transposed(QUANTIZE_GROUPED_TRANSPOSED_ARGS.pack(x, q, scale, q_t, scale_t, offs, m, k,
-experts, columns, ldx, scale_s0, scale_s1, scale_t_s0, scale_t_s1, in_kind, pow2, stream))``: one read of ``x`` ([m, k]
+experts, columns, ldx, scale_s0, scale_s1, scale_t_s0, scale_t_s1, in_kind, pow2, index, row_weight, gate_up, source_rows,
+ld_gate_up, source, gate_up_kind, stream))``: one read of ``x`` ([m, k]
 as for :data:`QuantizeFn`, rows sorted by expert; ``offs`` int32 [experts] cumulative row ends, read on the device and
 each clamped to [previous end, m]) writes ``q`` [m, k] with 1x128 scales along k, exactly ``quantize``'s codes for
 every row, scale (row, k block) at ``scale + (row * scale_s0 + kb * scale_s1) * 4``, and x^T ``q_t`` [k, columns]
 (contiguous, columns = 128 * (experts + m // 128 + 1)) in the per-expert 128-aligned layout of
 ``fp8gemm.training.quantize_grouped_with_transpose``, (column, column block) at ``scale_t + (c * scale_t_s0 + b *
 scale_t_s1) * 4``, bit-identical to its reference. Guarantees as for ``quantize`` and 1 <= experts < 2**31;
-asynchronous like it. Optional: without it the core runs the reference.
+asynchronous like it. With ``source`` other than :data:`SOURCE_ROWS` the rows are computed in fp32 as they are read
+(:data:`SOURCE_GATHER`, :data:`SOURCE_SWIGLU`, :data:`SOURCE_SWIGLU_BACKWARD`; fp8gemm/backend.hpp RowSourceKind
+defines each). Optional: without it the core runs the reference.
 """
 
 

@@ -26,6 +26,7 @@ from .protocol import (
     QUANTIZE_ARGS,
     QUANTIZE_GROUPED_TRANSPOSED_ARGS,
     QUANTIZE_TRANSPOSED_ARGS,
+    SOURCE_ROWS,
     ScaleLayout,
 )
 from .reference import REFERENCE
@@ -123,15 +124,37 @@ def call_quantize_transposed(backend, x2d: torch.Tensor, q, scale, q_t, scale_t,
         backend.quantize_transposed(address)
 
 
-def call_quantize_grouped_transposed(backend, x2d: torch.Tensor, offs, q, scale, q_t, scale_t, pow2: bool) -> None:
-    """The backend's ``quantize_grouped_transposed`` entry on x2d [M >= 1, K] (rows kernel-readable, sorted by expert)
-    and offs (int32 [E], contiguous) into the given outputs (``q`` [M, K], ``q_t`` [K, 128 * (E + M // 128 + 1)],
-    contiguous; scales as strided tensors), on x2d's device and its current stream."""
+class RowSourceArgs(NamedTuple):
+    """What the grouped transposing quantizer's rows are (protocol.SOURCE_*; fp8gemm/backend.hpp RowSourceKind)."""
+
+    source: int = SOURCE_ROWS
+    index: torch.Tensor | None = None  # gather: int64 [M]
+    row_weight: torch.Tensor | None = None  # gather: fp32 [M] or None
+    gate_up: torch.Tensor | None = None  # SwiGLU backward: h [M, K], rows kernel-readable
+    source_rows: int = 0  # gather: x's rows
+
+
+PLAIN_ROWS = RowSourceArgs()
+
+
+def _address(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def call_quantize_grouped_transposed(backend, x2d: torch.Tensor, offs, q, scale, q_t, scale_t, pow2: bool,
+                                     source: RowSourceArgs = PLAIN_ROWS) -> None:  # fmt: skip
+    """The backend's ``quantize_grouped_transposed`` entry on x2d (rows kernel-readable; [M >= 1, K] sorted by expert,
+    or what ``source`` reads) and offs (int32 [E], contiguous) into the given outputs (``q`` [M, K], ``q_t`` [K, 128 *
+    (E + M // 128 + 1)], contiguous; scales as strided tensors), on x2d's device and its current stream."""
     dev = device_index(x2d)
-    m, k = x2d.shape
+    m, k = q.shape
+    gate_up = source.gate_up
     address = _pack_quantize_grouped(x2d.data_ptr(), q.data_ptr(), scale.data_ptr(), q_t.data_ptr(),
                                      scale_t.data_ptr(), offs.data_ptr(), m, k, offs.shape[0], q_t.shape[1],
                                      x2d.stride(0), *scale.stride(), *scale_t.stride(), IN_KINDS[x2d.dtype], int(pow2),
+                                     _address(source.index), _address(source.row_weight), _address(gate_up),
+                                     source.source_rows, 0 if gate_up is None else gate_up.stride(0), source.source,
+                                     IN_KINDS[gate_up.dtype] if gate_up is not None else 0,
                                      raw_stream(dev))  # fmt: skip
     if switch_needed(dev):
         call_on_device(backend.quantize_grouped_transposed, address, dev)

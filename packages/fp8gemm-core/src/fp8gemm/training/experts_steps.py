@@ -20,10 +20,14 @@ from ..grouped_checks import GroupedShape
 from ..moe_pipeline import MoePlan
 from ..moe_steps import combine as kernel_combine
 from ..moe_steps import step_backend
-from ..moe_torch import COMBINE_CHUNK_BYTES, group_ends, silu_and_mul, sort_by_expert
+from ..moe_torch import COMBINE_CHUNK_BYTES, group_ends, sort_by_expert
 from ..moe_torch import combine as torch_combine
 from ..protocol import GROUPED_CONTIGUOUS
-from .grouped_quantize import quantize_grouped_with_transpose
+from .grouped_sources import (
+    quantize_gathered_with_transpose,
+    quantize_swiglu_backward_with_transpose,
+    quantize_swiglu_with_transpose,
+)
 from .grouped_wgrad import kgrouped_wgrad
 
 
@@ -70,25 +74,26 @@ def combine(plan: MoePlan, rows, position, valid, weights, dtype: torch.dtype) -
     return kernel_combine(backend, rows, slot_rows, weights.float(), dtype)
 
 
-def _quantize(plan: MoePlan, rows: torch.Tensor, offs: torch.Tensor):
-    """Sorted rows in FP8 with their per-expert aligned transpose, on the plan's backend and FP8 dtype."""
-    return quantize_grouped_with_transpose(rows, offs, fp8_dtype=plan.fp8_dtype, pow2_scales=plan.pow2,
-                                           backend=plan.backend.name)  # fmt: skip
+def _quantize(plan: MoePlan, source, *args, **kwargs):
+    """Sorted rows, computed by ``source`` (training/grouped_sources.py) from ``args``, in FP8 with their per-expert
+    aligned transpose, on the plan's backend and FP8 dtype."""
+    return source(*args, fp8_dtype=plan.fp8_dtype, pow2_scales=plan.pow2, backend=plan.backend.name, **kwargs)
 
 
 def forward_steps(plan: MoePlan, x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, keep_y: bool):
     """(out [T, H] in x's dtype, Saved): route, quantize the routed rows with their transposes, gate/up GEMM (fp32),
     silu(gate) * up quantized with its transpose, down GEMM, weighted combine."""
     tokens, k = topk_ids.shape
-    experts, inter = plan.shape.experts, plan.shape.intermediate
+    experts = plan.shape.experts
     valid, sorted_expert, order = sort_by_expert(topk_ids, experts)  # the routing of TorchSteps.prepare
     token = order // k
     offs = group_ends(sorted_expert, experts)
     position = torch.empty_like(order).scatter_(0, order, torch.arange(tokens * k, device=order.device))
     weights = torch.where(valid.view(tokens, k), topk_weights.float(), 0.0)
-    xq = _quantize(plan, x.index_select(0, token), offs)  # per row: the codes of x's own quantization, gathered
-    h = grouped_product(plan, xq.q, xq.scale, w13, w13_scale, offs, torch.float32)
-    aq = _quantize(plan, silu_and_mul(h, inter), offs)
+    xq = _quantize(plan, quantize_gathered_with_transpose, x, token, offs)  # each row: x's own codes, gathered
+    # h's and d_act's rows past offs[-1] only reach q rows no GEMM reads: left unwritten
+    h = grouped_product(plan, xq.q, xq.scale, w13, w13_scale, offs, torch.float32, zeros=False)
+    aq = _quantize(plan, quantize_swiglu_with_transpose, h, offs)
     y = grouped_product(plan, aq.q, aq.scale, w2, w2_scale, offs, plan.y_dtype)
     out = combine(plan, y, position.view(tokens, k), valid.view(tokens, k), weights, plan.out_dtype)
     saved = Saved(
@@ -125,29 +130,22 @@ class GradDtypes(NamedTuple):
     w2: torch.dtype
 
 
-def silu_and_mul_backward(d_act: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """fp32 [R, 2I]: the gradient of silu(gate) * up at the saved gate/up product, in fp32: d_gate = silu'(gate) *
-    (d_act * up), d_up = silu(gate) * d_act, in five kernels (torch's fused silu backward for silu')."""
-    inter = h.shape[1] // 2
-    gate, up = h[:, :inter].float(), h[:, inter:]  # up widened inside the product (the same fp32 values)
-    out = torch.empty((h.shape[0], 2 * inter), dtype=torch.float32, device=h.device)
-    d_gate, d_up = out[:, :inter], out[:, inter:]
-    torch.mul(d_act, up, out=d_gate)
-    torch.ops.aten.silu_backward.grad_input(d_gate, gate, grad_input=d_gate)
-    torch.mul(torch.nn.functional.silu(gate), d_act, out=d_up)
-    return out
-
-
 def slot_dots(y: torch.Tensor, position: torch.Tensor, dout: torch.Tensor) -> torch.Tensor:
-    """fp32 [T, k]: ``<dout[t], y[position[t, j]]>``, the routing weights' gradient, in chunks of tokens."""
+    """fp32 [T, k]: ``<dout[t], y[position[t, j]]>``, the routing weights' gradient, in chunks of tokens: on CUDA
+    for 16-bit rows one batched product with fp32 accumulation and output (the products are exact in fp32), else
+    fp32 elementwise products summed."""
     tokens, k = position.shape
     hidden = y.shape[1]
     out = torch.empty((tokens, k), dtype=torch.float32, device=y.device)
     step = max(1, COMBINE_CHUNK_BYTES // (k * hidden * 4))
+    batched = y.is_cuda and torch.version.hip is None and y.dtype == dout.dtype and y.element_size() == 2
     for start in range(0, tokens, step):
         part = slice(start, start + step)
-        picked = y.index_select(0, position[part].reshape(-1)).view(-1, k, hidden).float()
-        out[part] = (picked * dout[part, None, :].float()).sum(-1)
+        picked = y.index_select(0, position[part].reshape(-1)).view(-1, k, hidden)
+        if batched:  # a broadcast fp32 product read and wrote 4 bytes a value three times over
+            out[part] = torch.bmm(picked, dout[part, :, None], out_dtype=torch.float32)[..., 0]
+        else:
+            out[part] = (picked.float() * dout[part, None, :].float()).sum(-1)
     return out
 
 
@@ -169,15 +167,14 @@ def backward_steps(plan: MoePlan, dout, saved: Saved, w13_t, w13_scale_t, w2_t, 
     if not (needs.x or needs.w13 or needs.w2):
         return grads
     backend = plan.backend.name
-    # fp32 rows float(dOut[t_r]) * w_r in one pass (zero rows for unrouted slots)
-    dy = torch.mul(dout.index_select(0, saved.token), saved.row_weight[:, None])
-    dyq = _quantize(plan, dy, saved.offs)
+    # fp32 rows float(dOut[t_r]) * w_r, computed as the quantizer reads them (zero rows for unrouted slots)
+    dyq = _quantize(plan, quantize_gathered_with_transpose, dout, saved.token, saved.offs, row_weight=saved.row_weight)
     if needs.w2:
         grads[3] = _weight_grad(dyq.q_t, dyq.scale_t, saved.act_t, saved.act_scale_t, saved.offs, dtypes.w2, backend)
     if not (needs.x or needs.w13):
         return grads
-    d_act = grouped_product(plan, dyq.q, dyq.scale, w2_t, w2_scale_t, saved.offs, torch.float32)
-    dhq = _quantize(plan, silu_and_mul_backward(d_act, saved.h), saved.offs)
+    d_act = grouped_product(plan, dyq.q, dyq.scale, w2_t, w2_scale_t, saved.offs, torch.float32, zeros=False)
+    dhq = _quantize(plan, quantize_swiglu_backward_with_transpose, d_act, saved.h, saved.offs)
     if needs.w13:
         grads[2] = _weight_grad(dhq.q_t, dhq.scale_t, saved.x_t, saved.x_scale_t, saved.offs, dtypes.w13, backend)
     if needs.x:

@@ -270,8 +270,9 @@ def _kernel_experts(w, dtype, pow2: bool, transpose: bool, backend: str | None):
         else:
             q[part] = t[0].view(count, n, k)
         scale[part] = t[1].reshape(count, nb, kb)
-        if transpose:
-            q_t[part] = t[2].view(k, count, n).transpose(0, 1)
+        if transpose:  # 8 codes an element: a strided copy of single bytes ran at a third of the copy rate
+            wide = t[2].view(torch.int64).view(k, count, n // 8)
+            q_t[part].view(torch.int64).copy_(wide.transpose(0, 1))
             scale_t[part] = t[3].reshape(kb, count, nb).transpose(0, 1)
     return q, scale, q_t, scale_t
 

@@ -8,7 +8,7 @@ namespace fp8gemm {
 
 // The protocol's version: every entry reads its arguments as one struct behind a {version, size} header
 // (Wire below) at an address the core passes, and the core refuses an arch package built for another version.
-constexpr uint32_t kProtocolVersion = 2;
+constexpr uint32_t kProtocolVersion = 3;
 
 enum OutKind : int { kOutBF16 = 0, kOutFP32 = 1 };
 enum InKind : int { kInBF16 = 0, kInFP16 = 1, kInFP32 = 2 };
@@ -140,10 +140,21 @@ struct QuantizeTransposedArgs {
 // e + start_e / 128), one scale per 1 x 128 along the tokens, (column, column block) at
 // scale_t[c * scale_t_s0 + b * scale_t_s1]; gap blocks zero codes and the all-zero block's scale. One read of x.
 // The core guarantees m >= 1, 1 <= experts < 2^31, k a multiple of 128, 16-byte aligned pointers and x row stride.
+// `source` says what the rows are (fp8gemm/quantize_sources.cuh has the exact arithmetic, all of it in fp32):
+//   kSourceRows: x's rows;
+//   kSourceGather: row r is x[index[r]] (index int64 [m]; x [source_rows, k]; an index outside [0, source_rows)
+//     reads a zero row), times row_weight[r] (fp32 [m]) where row_weight is not 0;
+//   kSourceSwiglu: x is h fp32 [m, 2k] (in_kind kInFP32): row r is silu(h[r, :k]) * h[r, k:];
+//   kSourceSwigluBackward: x is d fp32 [m, k/2] (in_kind kInFP32), gate_up h [m, k] (gate_up_kind, row stride
+//     ld_gate_up elements; k/2 a multiple of 128): row r is [silu'(g) * (d * u) | silu(g) * d], g, u h's halves.
+enum RowSourceKind { kSourceRows = 0, kSourceGather = 1, kSourceSwiglu = 2, kSourceSwigluBackward = 3 };
 struct QuantizeGroupedTransposedArgs {
   uintptr_t x, q, scale, q_t, scale_t, offs;
   int64_t m, k, experts, columns, ldx, scale_s0, scale_s1, scale_t_s0, scale_t_s1;
   int in_kind, pow2;
+  uintptr_t index, row_weight, gate_up;
+  int64_t source_rows, ld_gate_up;
+  int source, gate_up_kind;
   uintptr_t stream;
 };
 
@@ -198,7 +209,7 @@ static_assert(sizeof(Wire<MoeCombineArgs>) == 112 && offsetof(MoeCombineArgs, st
 static_assert(sizeof(Wire<WgradArgs>) == 136 && offsetof(WgradArgs, stream) == 120, "mirror: WGRAD_ARGS");
 static_assert(sizeof(Wire<QuantizeTransposedArgs>) == 136 && offsetof(QuantizeTransposedArgs, stream) == 120,
               "mirror: QUANTIZE_TRANSPOSED_ARGS");
-static_assert(sizeof(Wire<QuantizeGroupedTransposedArgs>) == 144 && offsetof(QuantizeGroupedTransposedArgs, stream) == 128,
+static_assert(sizeof(Wire<QuantizeGroupedTransposedArgs>) == 192 && offsetof(QuantizeGroupedTransposedArgs, stream) == 176,
               "mirror: QUANTIZE_GROUPED_TRANSPOSED_ARGS");
 static_assert(sizeof(Wire<KGroupedWgradArgs>) == 152 && offsetof(KGroupedWgradArgs, stream) == 136,
               "mirror: KGROUPED_WGRAD_ARGS");

@@ -23,10 +23,19 @@
 
 namespace fp8gemm {
 
+// What the rows are beyond x (QuantizeGroupedTransposedArgs' source fields; fp8gemm/quantize_sources.cuh reads them).
+struct RowSource {
+  const int64_t* index;
+  const float* row_weight;
+  const uint8_t* gate_up;
+  int64_t source_rows, ld_gate_up_bytes;
+};
+
 struct QuantizeGroupedParams {
   QuantizeTransposedParams tiles;  // m rows, m_t = columns (q_t's row length), activations (blocks 0)
   const int32_t* offs;             // [experts] cumulative row ends, as the device finds them
   int64_t experts, blocks;         // q_t's column blocks: columns / 128
+  RowSource source;
 };
 
 inline QuantizeGroupedParams quantize_grouped_params(const QuantizeGroupedTransposedArgs& a) {
@@ -35,7 +44,11 @@ inline QuantizeGroupedParams quantize_grouped_params(const QuantizeGroupedTransp
                                        reinterpret_cast<float*>(a.scale_t), a.m, a.k, a.columns,
                                        a.ldx * (a.in_kind == kInFP32 ? 4 : 2), a.scale_s0, a.scale_s1, a.scale_t_s0,
                                        a.scale_t_s1, a.pow2, 0};
-  return QuantizeGroupedParams{tiles, reinterpret_cast<const int32_t*>(a.offs), a.experts, a.columns / kQuantBlock};
+  const RowSource source{reinterpret_cast<const int64_t*>(a.index), reinterpret_cast<const float*>(a.row_weight),
+                         reinterpret_cast<const uint8_t*>(a.gate_up), a.source_rows,
+                         a.ld_gate_up * (a.gate_up_kind == kInFP32 ? 4 : 2)};
+  return QuantizeGroupedParams{tiles, reinterpret_cast<const int32_t*>(a.offs), a.experts, a.columns / kQuantBlock,
+                               source};
 }
 
 // Column-block indices a launch covers: q_t's blocks, then enough for every row to lie past the last end.

@@ -14,6 +14,7 @@
 #include "fp8gemm/quantize_grouped_launch.hpp"
 #include "fp8gemm/quantize_grouped_tiles.cuh"
 #include "fp8gemm/quantize_rows.cuh"
+#include "fp8gemm/quantize_sources.cuh"
 #include "fp8gemm/quantize_tiles.cuh"
 
 namespace fp8gemm::cuda {
@@ -54,6 +55,7 @@ struct E4m3TileArch : E4m3Arch {
     for (int offset = kQuantLanes / 2; offset; offset >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;
   }
+  static __device__ __forceinline__ float exp(float v) { return expf(v); }  // torch's silu on CUDA uses expf
 };
 
 // Quantization with a transpose, dense and per expert, persistent: each workgroup takes a run of tiles t (column block
@@ -148,6 +150,68 @@ __global__ void __launch_bounds__(kQuantThreads, kIn == kInBF16 ? 2 : 1)
                     [&](int64_t block, int tid) { return grouped_tile_rows<E4m3TileArch>(p, block, tid, search); });
 }
 
+// The fused sources (fp8gemm/quantize_sources.cuh), persistent as quantize_run but loading each tile's rows straight
+// into registers: their inputs are two or three times a plain tile's bytes, more than shared memory stages, so two
+// workgroups an SM keep reads in flight instead.
+template <int kSource, int kIn, int kGateIn>
+__global__ void __launch_bounds__(kQuantThreads, 2)
+    quantize_grouped_source_kernel(QuantizeGroupedParams p, int64_t k_blocks, int64_t tiles) {
+  __shared__ ExpertSearch search;
+  __shared__ TransposeTile tile;
+  tiles = k_blocks * grouped_blocks_used<E4m3TileArch>(p, threadIdx.x, search);
+  const int64_t first = tiles * blockIdx.x / gridDim.x, end = tiles * (blockIdx.x + 1) / gridDim.x;
+  TileRows rows{};
+  for (int64_t t = first; t < end; ++t) {
+    const int64_t block = t / k_blocks, kb = t % k_blocks;
+    if (t == first || kb == 0) rows = grouped_tile_rows<E4m3TileArch>(p, block, threadIdx.x, search);
+    if (rows.transpose || rows.end > rows.first) {  // uniform: a leftover index past the last row writes nothing
+      RawRow<kInFP32> raw[kTileRowsPerThread];
+      load_source_rows<E4m3TileArch, kSource, kIn, kGateIn>(p, rows, kb, threadIdx.x, raw);
+      quantize_loaded_rows<E4m3TileArch, kInFP32>(p.tiles, rows, kb, threadIdx.x, tile, raw);
+    }
+    __syncthreads();  // the next tile reuses the shared tile
+  }
+}
+
+template <auto kernel>
+void launch_source_kernel(const QuantizeGroupedParams& p, int64_t k_blocks, int64_t tiles, cudaStream_t stream,
+                          const std::string& what) {
+  static std::atomic<int> per_sm{0};  // the same on every device of one kind; 2 by the launch bounds
+  int device = 0, sms = 0;
+  if (!per_sm.load(std::memory_order_relaxed)) {
+    int found = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&found, kernel, kQuantThreads, 0) != cudaSuccess)
+      throw std::runtime_error(what + ": " + cudaGetErrorString(cudaGetLastError()));
+    per_sm.store(found > 0 ? found : 1, std::memory_order_relaxed);
+  }
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device))
+    throw std::runtime_error(what + ": " + cudaGetErrorString(cudaGetLastError()));
+  const int64_t resident = int64_t(sms) * per_sm.load(std::memory_order_relaxed);
+  kernel<<<static_cast<unsigned>(tiles < resident ? tiles : resident), kQuantThreads, 0, stream>>>(p, k_blocks, tiles);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw std::runtime_error(what + " kernel launch: " + cudaGetErrorString(err));
+}
+
+// The source's kernel for the input kinds it takes (check_row_source refused the others).
+inline void launch_source(const QuantizeGroupedTransposedArgs& a, const QuantizeGroupedParams& p, int64_t k_blocks,
+                          int64_t tiles, cudaStream_t stream, const std::string& what) {
+  if (a.source == kSourceSwiglu)
+    return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwiglu, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
+  if (a.source == kSourceSwigluBackward) {
+    if (a.gate_up_kind == kInBF16)
+      return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInBF16>>(p, k_blocks, tiles, stream, what);
+    if (a.gate_up_kind == kInFP16)
+      return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInFP16>>(p, k_blocks, tiles, stream, what);
+    return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
+  }
+  if (a.source != kSourceGather) throw std::invalid_argument(what + ": no kernel for source " + std::to_string(a.source));
+  if (a.in_kind == kInBF16)
+    return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInBF16, kInFP32>>(p, k_blocks, tiles, stream, what);
+  if (a.in_kind == kInFP16)
+    return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInFP16, kInFP32>>(p, k_blocks, tiles, stream, what);
+  return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
+}
+
 // Workgroups of `kernel` that fit the device at once (its shared memory allowed first), looked up once per device.
 template <auto kernel, int kBytes>
 int resident_blocks() {
@@ -211,9 +275,10 @@ inline void launch_quantize_grouped_transposed(const QuantizeGroupedTransposedAr
   check_grouped_quantize_args(args, package);
   const int64_t k_blocks = args.k / kQuantBlock, tiles = k_blocks * grouped_tile_count(args.m, args.columns);
   if (tiles == 0) return;
-  launch_by_kind<GroupedKernel>(args.in_kind, quantize_grouped_params(args), k_blocks, tiles,
-                                reinterpret_cast<cudaStream_t>(args.stream),
-                                std::string(package) + ": quantize_grouped_transposed");
+  const std::string what = std::string(package) + ": quantize_grouped_transposed";
+  const auto stream = reinterpret_cast<cudaStream_t>(args.stream);
+  if (args.source != kSourceRows) return launch_source(args, quantize_grouped_params(args), k_blocks, tiles, stream, what);
+  launch_by_kind<GroupedKernel>(args.in_kind, quantize_grouped_params(args), k_blocks, tiles, stream, what);
 }
 
 }  // namespace
