@@ -66,7 +66,7 @@ def test_gather_bits_equal_the_composition(backend, dtype, weighted, launches):
     x = wide[:, :k]  # read in place at a wider row stride
     index = torch.randint(0, tokens, (_rows(),), generator=g, device="cuda")
     index[3] = tokens + 5  # outside [0, T): a zero row on the device
-    weight = torch.rand(_rows(), generator=g, device="cuda") if weighted else None
+    weight = torch.rand(_rows(), generator=g, device="cuda") * 2 - 1 if weighted else None  # a zero row stays +0
     safe = index.clamp(max=tokens - 1)
     composed = x.index_select(0, safe)
     composed = composed if weight is None else torch.mul(composed, weight[:, None])
@@ -84,9 +84,9 @@ def test_swiglu_bits_equal_the_composition(backend, launches):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("h_dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("h_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_swiglu_backward_bits_equal_the_composition(backend, h_dtype, launches):
-    seed = 13 + (h_dtype == torch.float32)
+    seed = 13 + (h_dtype == torch.float32) + 2 * (h_dtype == torch.float16)
     print(f"seed {seed}: h {h_dtype}, {backend}")
     g = torch.Generator(device="cuda").manual_seed(seed)
     inter = 256

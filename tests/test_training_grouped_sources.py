@@ -45,10 +45,10 @@ def test_gather_is_the_grouped_quantizer_of_the_gathered_rows(dtype, weighted):
     x = (torch.randn(90, 256, generator=g) * 3).to(dtype)
     index = torch.randint(0, 90, (rows,), generator=g)
     index[[4, 140]] = torch.tensor([90, -3])  # outside [0, T): zero rows
-    weight = torch.rand(rows, generator=g) if weighted else None
+    weight = torch.rand(rows, generator=g) * 2 - 1 if weighted else None  # negative weights: a zero row stays +0
     gathered = x[index.clamp(0, 89)]
-    gathered[[4, 140]] = 0
     want_rows = gathered if weight is None else gathered * weight[:, None]
+    want_rows[[4, 140]] = 0
     got = quantize_gathered_with_transpose(x, index, _offs(), row_weight=weight)
     _same(got, quantize_grouped_with_transpose(want_rows, _offs()))
 
@@ -82,7 +82,7 @@ def test_bad_inputs_name_the_argument():
         quantize_gathered_with_transpose(x, index, offs, row_weight=torch.rand(7))
     with pytest.raises(TypeError, match="h must be float32"):
         quantize_swiglu_with_transpose(torch.randn(8, 256).bfloat16(), offs)
-    with pytest.raises(ValueError, match="I a multiple of 128"):
+    with pytest.raises(ValueError, match="I a positive multiple of 128"):
         quantize_swiglu_with_transpose(torch.randn(8, 384), offs)
     with pytest.raises(ValueError, match=r"h must be \[M, 2I\] beside d"):
         quantize_swiglu_backward_with_transpose(torch.randn(8, 128), torch.randn(8, 384), offs)
@@ -92,8 +92,24 @@ def test_bad_inputs_name_the_argument():
         quantize_swiglu_with_transpose(torch.randn(8, 256), offs.long())
     with pytest.raises(ValueError, match="offs must be non-decreasing"):
         quantize_swiglu_with_transpose(torch.randn(8, 256), torch.tensor([6, 2], dtype=torch.int32))
-    with pytest.raises(RuntimeError, match="requires grad|require grad|gradient"):
+    with pytest.raises(TypeError, match="h must be a torch.Tensor"):
+        quantize_swiglu_with_transpose(None, offs)
+    with pytest.raises(ValueError, match="positive multiple of 128"):
+        quantize_swiglu_with_transpose(torch.randn(8, 0), offs)
+    with pytest.raises(RuntimeError, match="quantize_swiglu_with_transpose has no backward, and h requires grad"):
         quantize_swiglu_with_transpose(torch.randn(8, 256, requires_grad=True), offs)
+    with pytest.raises(
+        RuntimeError, match="quantize_gathered_with_transpose has no backward, and row_weight requires grad"
+    ):
+        quantize_gathered_with_transpose(x, index, offs, row_weight=torch.rand(8, requires_grad=True))
+
+
+def test_broadcast_rows_are_read_as_rows():
+    g = _gen(8)
+    row = torch.randn(1, 256, generator=g)
+    index = torch.zeros(sum(COUNTS) + EXTRA, dtype=torch.int64)
+    got = quantize_gathered_with_transpose(row.expand(90, 256), index, _offs())
+    _same(got, quantize_grouped_with_transpose(row.expand(index.shape[0], 256).contiguous(), _offs()))
 
 
 def test_compiled_sources_match_eager():

@@ -138,7 +138,8 @@ def slot_dots(y: torch.Tensor, position: torch.Tensor, dout: torch.Tensor) -> to
     hidden = y.shape[1]
     out = torch.empty((tokens, k), dtype=torch.float32, device=y.device)
     step = max(1, COMBINE_CHUNK_BYTES // (k * hidden * 4))
-    batched = y.is_cuda and torch.version.hip is None and y.dtype == dout.dtype and y.element_size() == 2
+    batched = (y.is_cuda and torch.version.hip is None and y.dtype == dout.dtype and y.element_size() == 2
+               and hasattr(torch.ops.aten.bmm, "dtype"))  # bmm's out_dtype: torch >= 2.8  # fmt: skip
     for start in range(0, tokens, step):
         part = slice(start, start + step)
         picked = y.index_select(0, position[part].reshape(-1)).view(-1, k, hidden)

@@ -43,6 +43,7 @@ def quantize_gathered_with_transpose(x: torch.Tensor, index: torch.Tensor, offs:
         _check_vector("row_weight", row_weight, torch.float32, x)
         if row_weight.shape != index.shape:
             raise ValueError(f"row_weight must have index's shape {tuple(index.shape)}, got {tuple(row_weight.shape)}")
+    refuse_grad("training.quantize_gathered_with_transpose", ("x", "row_weight"), (x, row_weight))
     return _call(SOURCE_GATHER, x, offs, index.shape[0], x.shape[1], index, row_weight, None, fp8_dtype, pow2_scales,
                  backend)  # fmt: skip
 
@@ -54,8 +55,9 @@ def quantize_swiglu_with_transpose(h: torch.Tensor, offs: torch.Tensor, *, fp8_d
     _check_2d("h", h)
     if h.dtype != torch.float32:
         raise TypeError(f"h must be float32 (the gate/up GEMM's fp32 product), got {h.dtype}")
-    if h.shape[1] % (2 * BLOCK):
-        raise ValueError(f"h must be [M, 2I] with I a multiple of 128, got shape {tuple(h.shape)}")
+    if h.shape[1] % (2 * BLOCK) or not h.shape[1]:
+        raise ValueError(f"h must be [M, 2I] with I a positive multiple of 128, got shape {tuple(h.shape)}")
+    refuse_grad("training.quantize_swiglu_with_transpose", ("h",), (h,))
     return _call(SOURCE_SWIGLU, h, offs, h.shape[0], h.shape[1] // 2, None, None, None, fp8_dtype, pow2_scales, backend)
 
 
@@ -70,9 +72,10 @@ def quantize_swiglu_backward_with_transpose(d: torch.Tensor, h: torch.Tensor, of
     check_source("h", h)
     if d.dtype != torch.float32:
         raise TypeError(f"d must be float32 (the down GEMM's input gradient), got {d.dtype}")
-    if h.device != d.device or h.shape != (d.shape[0], 2 * d.shape[1]) or d.shape[1] % BLOCK:
-        raise ValueError(f"h must be [M, 2I] beside d [M, I] on d's device, I a multiple of 128; got h "
+    if h.device != d.device or h.shape != (d.shape[0], 2 * d.shape[1]) or d.shape[1] % BLOCK or not d.shape[1]:
+        raise ValueError(f"h must be [M, 2I] beside d [M, I] on d's device, I a positive multiple of 128; got h "
                          f"{tuple(h.shape)} on {h.device}, d {tuple(d.shape)} on {d.device}")  # fmt: skip
+    refuse_grad("training.quantize_swiglu_backward_with_transpose", ("d", "h"), (d, h))
     return _call(SOURCE_SWIGLU_BACKWARD, d, offs, d.shape[0], h.shape[1], None, None, h, fp8_dtype, pow2_scales,
                  backend)  # fmt: skip
 
@@ -90,9 +93,10 @@ def swiglu_backward(d: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 
 
 def _check_2d(name: str, t) -> None:
-    if not isinstance(t, torch.Tensor) or t.dim() != 2:
-        got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-        raise ValueError(f"{name} must be a 2-D tensor, got {got}")
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be a 2-D tensor, got shape {tuple(t.shape)}")
 
 
 def _check_vector(name: str, t, dtype: torch.dtype, x: torch.Tensor) -> None:
@@ -107,7 +111,6 @@ def _call(source, x, offs, rows, k, index, row_weight, gate_up, fp8_dtype, pow2,
     check_offs_tensor(offs)
     if offs.device != x.device:
         raise ValueError(f"offs is on {offs.device} but the rows' source is on {x.device}; move both to one device")
-    refuse_grad("training.quantize_grouped_with_transpose", ("x", "h"), (x, gate_up))
     if k % BLOCK:
         raise ValueError(f"the rows' width must be a multiple of 128, got {k}")
     if torch.compiler.is_compiling():
@@ -133,21 +136,25 @@ def _quantize_source(x, offs, index, row_weight, gate_up, source: int, rows: int
     scale_t, _ = runtime.empty_scale(k, blocks, scale_t_layout(kernel), x.device)
     args = runtime.RowSourceArgs(source, None if index is None else index.contiguous(),
                                  None if row_weight is None else row_weight.contiguous(),
-                                 None if gate_up is None else runtime.kernel_rows(gate_up), x.shape[0])  # fmt: skip
-    runtime.call_quantize_grouped_transposed(kernel, runtime.kernel_rows(x), offs.contiguous(), q, scale, q_t,
-                                             scale_t, pow2, args)  # fmt: skip
+                                 None if gate_up is None else _whole_rows(gate_up), x.shape[0])  # fmt: skip
+    runtime.call_quantize_grouped_transposed(kernel, _whole_rows(x), offs.contiguous(), q, scale, q_t, scale_t, pow2,
+                                             args)  # fmt: skip
     return q, scale, q_t, scale_t
+
+
+def _whole_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a kernel reads rows: in place where its rows are aligned and apart (not broadcast), else a copy."""
+    return runtime.kernel_rows(t if t.stride(0) >= t.shape[1] else t.contiguous())
 
 
 def _compose(source: int, x, index, row_weight, gate_up) -> torch.Tensor:
     """The rows as torch operations compute them (the reference of each source)."""
-    if source == SOURCE_GATHER:  # an index outside [0, T) reads a zero row, as on the device
+    if source == SOURCE_GATHER:  # an index outside [0, T) reads a zero row, unweighted, as on the device
         if not x.shape[0]:
-            rows = x.new_zeros((index.shape[0], x.shape[1]))
-        else:
-            inside = (index >= 0) & (index < x.shape[0])
-            rows = torch.where(inside[:, None], x.index_select(0, index.clamp(0, x.shape[0] - 1)), 0)
-        return rows if row_weight is None else torch.mul(rows, row_weight[:, None])
+            return x.new_zeros((index.shape[0], x.shape[1]), dtype=torch.float32 if row_weight is not None else x.dtype)
+        rows = x.index_select(0, index.clamp(0, x.shape[0] - 1))
+        rows = rows if row_weight is None else torch.mul(rows, row_weight[:, None])
+        return torch.where(((index >= 0) & (index < x.shape[0]))[:, None], rows, 0)
     if source == SOURCE_SWIGLU:
         return silu_and_mul(x, x.shape[1] // 2)
     return swiglu_backward(x, gate_up)

@@ -139,8 +139,8 @@ struct QuantizeTransposedArgs {
 // the per-expert 128-aligned layout (columns = 128 * (experts + m / 128 + 1); expert e's tokens from column block
 // e + start_e / 128), one scale per 1 x 128 along the tokens, (column, column block) at
 // scale_t[c * scale_t_s0 + b * scale_t_s1]; gap blocks zero codes and the all-zero block's scale. One read of x.
-// The core guarantees m >= 1, 1 <= experts < 2^31, k a multiple of 128, 16-byte aligned pointers and x row stride.
-// `source` says what the rows are (fp8gemm/quantize_sources.cuh has the exact arithmetic, all of it in fp32):
+// The core guarantees m >= 1, 1 <= experts < 2^31, k a multiple of 128, 16-byte aligned pointers and row strides of
+// x and gate_up. `source` says what the rows are (fp8gemm/quantize_sources.cuh has the exact arithmetic, all of it in fp32):
 //   kSourceRows: x's rows;
 //   kSourceGather: row r is x[index[r]] (index int64 [m]; x [source_rows, k]; an index outside [0, source_rows)
 //     reads a zero row), times row_weight[r] (fp32 [m]) where row_weight is not 0;
