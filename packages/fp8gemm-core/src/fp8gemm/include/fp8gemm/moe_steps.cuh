@@ -332,8 +332,7 @@ FP8GEMM_QFN void moe_activation_group(const MoeActivationParams& p, int64_t row,
   Arch::template load8<kInFP32>(h + col * 4, v);
   Arch::template load8<kInFP32>(h + (p.inter + col) * 4, up);
   for (int i = 0; i < kQuantElems; ++i) {
-    const float silu = v[i] / (1.0f + Arch::exp(-v[i]));  // torch's silu, rounded before the product
-    v[i] = silu * up[i];
+    v[i] = silu<Arch>(v[i]) * up[i];
   }
   const float scale = block_scale_of<Arch>(v, p.pow2 != 0);
   const float inv = 1.0f / scale;

@@ -49,6 +49,17 @@ inline QuantizeParams quantize_params(const QuantizeArgs& args) {
                         args.ldx * (args.in_kind == kInFP32 ? 4 : 2), args.scale_ld, args.pow2};
 }
 
+// Bytes of one input element of kind kKind (InKind).
+template <int kKind>
+constexpr int kInBytes = kKind == kInFP32 ? 4 : 2;
+
+// torch's silu in fp32, rounded before any product (the experts' SiLU-and-mul and the quantizer's row sources); the
+// Arch's exp is the expf its torch uses.
+template <class Arch>
+FP8GEMM_QFN float silu(float g) {
+  return g / (1.0f + Arch::exp(-g));
+}
+
 FP8GEMM_QFN uint32_t float_bits(float f) {
   uint32_t u;
   __builtin_memcpy(&u, &f, 4);

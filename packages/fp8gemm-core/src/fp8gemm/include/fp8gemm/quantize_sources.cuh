@@ -22,9 +22,6 @@ FP8GEMM_TILE_FN void load_values(const uint8_t* src, float (&v)[kQuantElems]) {
   unpack8<kIn>(*reinterpret_cast<const RawRow<kIn>*>(src), v);
 }
 
-template <int kKind>
-constexpr int kInBytes = kKind == kInFP32 ? 4 : 2;
-
 // One thread's 8 values of row r from column col on: the source's fp32 values.
 template <class Arch, int kSource, int kIn, int kGateIn>
 FP8GEMM_TILE_FN void source_values(const QuantizeGroupedParams& p, int64_t r, int64_t col, float (&v)[kQuantElems]) {
@@ -45,10 +42,7 @@ FP8GEMM_TILE_FN void source_values(const QuantizeGroupedParams& p, int64_t r, in
     float up[kQuantElems];
     load_values<kInFP32>(t.x + r * t.ldx_bytes + col * 4, v);
     load_values<kInFP32>(t.x + r * t.ldx_bytes + (t.k + col) * 4, up);
-    for (int j = 0; j < kQuantElems; ++j) {
-      const float silu = v[j] / (1.0f + Arch::exp(-v[j]));
-      v[j] = silu * up[j];
-    }
+    for (int j = 0; j < kQuantElems; ++j) v[j] = silu<Arch>(v[j]) * up[j];
   } else {
     const int64_t half = t.k / 2, c = col < half ? col : col - half;
     const uint8_t* h = s.gate_up + r * s.ld_gate_up_bytes;
@@ -64,10 +58,7 @@ FP8GEMM_TILE_FN void source_values(const QuantizeGroupedParams& p, int64_t r, in
         v[j] = dy * sig * (1.0f + x * (1.0f - sig));
       }
     } else {
-      for (int j = 0; j < kQuantElems; ++j) {
-        const float silu = gate[j] / (1.0f + Arch::exp(-gate[j]));
-        v[j] = silu * v[j];
-      }
+      for (int j = 0; j < kQuantElems; ++j) v[j] = silu<Arch>(gate[j]) * v[j];
     }
   }
 }

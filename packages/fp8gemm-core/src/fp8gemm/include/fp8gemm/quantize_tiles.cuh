@@ -126,9 +126,8 @@ struct TileRows {
 template <int kIn>
 FP8GEMM_TILE_FN void load_tile_rows(const QuantizeTransposedParams& p, const TileRows& rows, int64_t kb, int tid,
                                     RawRow<kIn> (&raw)[kTileRowsPerThread]) {
-  constexpr int kInBytes = kIn == kInFP32 ? 4 : 2;
   const int64_t row0 = rows.first + (tid / kQuantLanes) * kTileRowsPerThread;
-  const uint8_t* src = p.x + row0 * p.ldx_bytes + (kb * kQuantBlock + (tid % kQuantLanes) * kQuantElems) * kInBytes;
+  const uint8_t* src = p.x + row0 * p.ldx_bytes + (kb * kQuantBlock + (tid % kQuantLanes) * kQuantElems) * kInBytes<kIn>;
   FP8GEMM_UNROLL_ROWS
   for (int i = 0; i < kTileRowsPerThread; ++i) {
     if (row0 + i < rows.end) {

@@ -13,6 +13,7 @@ namespace fp8gemm::cuda {
 
 struct E4m3Arch {
   static constexpr float kFp8Max = 448.0f;
+  static __device__ __forceinline__ float exp(float v) { return expf(v); }  // torch's silu on CUDA uses expf
 
   static __device__ __forceinline__ float group_max(float v) {
     const unsigned group_mask = 0xffffu << (threadIdx.x & 16);  // this block's 16 lanes: the others may have left

@@ -17,7 +17,6 @@ namespace {
 
 struct MoeArch : E4m3Arch {
   static __device__ __forceinline__ void barrier() { __syncthreads(); }
-  static __device__ __forceinline__ float exp(float v) { return expf(v); }  // torch's silu on CUDA uses expf
 };
 
 __global__ void __launch_bounds__(kMoeThreads) moe_count_kernel(MoeRouteParams p) {

@@ -55,7 +55,6 @@ struct E4m3TileArch : E4m3Arch {
     for (int offset = kQuantLanes / 2; offset; offset >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;
   }
-  static __device__ __forceinline__ float exp(float v) { return expf(v); }  // torch's silu on CUDA uses expf
 };
 
 // Quantization with a transpose, dense and per expert, persistent: each workgroup takes a run of tiles t (column block
@@ -83,9 +82,9 @@ __device__ __forceinline__ void copy16_async(void* smem, const uint8_t* gmem, bo
 template <int kIn>
 __device__ __forceinline__ void stage_tile_rows(const QuantizeTransposedParams& p, const TileRows& rows, int64_t kb,
                                                 int tid, StagedRows<kIn>& stage) {
-  constexpr int kInBytes = kIn == kInFP32 ? 4 : 2, kPieces = sizeof(RawRow<kIn>) / 16;
+  constexpr int kPieces = sizeof(RawRow<kIn>) / 16;
   const int64_t row0 = rows.first + (tid / kQuantLanes) * kTileRowsPerThread;
-  const uint8_t* src = p.x + row0 * p.ldx_bytes + (kb * kQuantBlock + (tid % kQuantLanes) * kQuantElems) * kInBytes;
+  const uint8_t* src = p.x + row0 * p.ldx_bytes + (kb * kQuantBlock + (tid % kQuantLanes) * kQuantElems) * kInBytes<kIn>;
 #pragma unroll
   for (int i = 0; i < kTileRowsPerThread; ++i) {
     const bool present = row0 + i < rows.end;
@@ -173,45 +172,6 @@ __global__ void __launch_bounds__(kQuantThreads, 2)
   }
 }
 
-template <auto kernel>
-void launch_source_kernel(const QuantizeGroupedParams& p, int64_t k_blocks, int64_t tiles, cudaStream_t stream,
-                          const std::string& what) {
-  static std::atomic<int> per_sm{0};  // the same on every device of one kind; 2 by the launch bounds
-  int device = 0, sms = 0;
-  if (!per_sm.load(std::memory_order_relaxed)) {
-    int found = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&found, kernel, kQuantThreads, 0) != cudaSuccess)
-      throw std::runtime_error(what + ": " + cudaGetErrorString(cudaGetLastError()));
-    per_sm.store(found > 0 ? found : 1, std::memory_order_relaxed);
-  }
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device))
-    throw std::runtime_error(what + ": " + cudaGetErrorString(cudaGetLastError()));
-  const int64_t resident = int64_t(sms) * per_sm.load(std::memory_order_relaxed);
-  kernel<<<static_cast<unsigned>(tiles < resident ? tiles : resident), kQuantThreads, 0, stream>>>(p, k_blocks, tiles);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(what + " kernel launch: " + cudaGetErrorString(err));
-}
-
-// The source's kernel for the input kinds it takes (check_row_source refused the others).
-inline void launch_source(const QuantizeGroupedTransposedArgs& a, const QuantizeGroupedParams& p, int64_t k_blocks,
-                          int64_t tiles, cudaStream_t stream, const std::string& what) {
-  if (a.source == kSourceSwiglu)
-    return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwiglu, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
-  if (a.source == kSourceSwigluBackward) {
-    if (a.gate_up_kind == kInBF16)
-      return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInBF16>>(p, k_blocks, tiles, stream, what);
-    if (a.gate_up_kind == kInFP16)
-      return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInFP16>>(p, k_blocks, tiles, stream, what);
-    return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
-  }
-  if (a.source != kSourceGather) throw std::invalid_argument(what + ": no kernel for source " + std::to_string(a.source));
-  if (a.in_kind == kInBF16)
-    return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInBF16, kInFP32>>(p, k_blocks, tiles, stream, what);
-  if (a.in_kind == kInFP16)
-    return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInFP16, kInFP32>>(p, k_blocks, tiles, stream, what);
-  return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
-}
-
 // Workgroups of `kernel` that fit the device at once (its shared memory allowed first), looked up once per device.
 template <auto kernel, int kBytes>
 int resident_blocks() {
@@ -252,6 +212,36 @@ void launch_by_kind(int in_kind, const Params& p, int64_t k_blocks, int64_t tile
     case kInFP32: return launch_run<Kernel<kInFP32>::kernel, kInFP32>(p, k_blocks, tiles, stream, what.c_str());
     default: throw std::invalid_argument(what + ": unknown input kind");
   }
+}
+
+template <auto kernel>
+void launch_source_kernel(const QuantizeGroupedParams& p, int64_t k_blocks, int64_t tiles, cudaStream_t stream,
+                          const std::string& what) {
+  const int resident = resident_blocks<kernel, 0>();  // static shared memory only
+  if (!resident) throw std::runtime_error(what + ": " + cudaGetErrorString(cudaGetLastError()));
+  kernel<<<static_cast<unsigned>(tiles < resident ? tiles : resident), kQuantThreads, 0, stream>>>(p, k_blocks, tiles);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw std::runtime_error(what + " kernel launch: " + cudaGetErrorString(err));
+}
+
+// The source's kernel for the input kinds it takes (check_row_source refused the others).
+inline void launch_source(const QuantizeGroupedTransposedArgs& a, const QuantizeGroupedParams& p, int64_t k_blocks,
+                          int64_t tiles, cudaStream_t stream, const std::string& what) {
+  if (a.source == kSourceSwiglu)
+    return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwiglu, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
+  if (a.source == kSourceSwigluBackward) {
+    if (a.gate_up_kind == kInBF16)
+      return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInBF16>>(p, k_blocks, tiles, stream, what);
+    if (a.gate_up_kind == kInFP16)
+      return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInFP16>>(p, k_blocks, tiles, stream, what);
+    return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
+  }
+  if (a.source != kSourceGather) throw std::invalid_argument(what + ": no kernel for source " + std::to_string(a.source));
+  if (a.in_kind == kInBF16)
+    return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInBF16, kInFP32>>(p, k_blocks, tiles, stream, what);
+  if (a.in_kind == kInFP16)
+    return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInFP16, kInFP32>>(p, k_blocks, tiles, stream, what);
+  return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
 }
 
 template <int kIn>
