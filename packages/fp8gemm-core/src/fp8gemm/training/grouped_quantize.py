@@ -142,13 +142,13 @@ def quantize_grouped_with_transpose(
 def _quantize_grouped(x, offs, fp8_dtype, pow2: bool, backend: str | None):
     """The op's eager body: the backend's kernel where it takes the call, else the reference."""
     check_offs_values(offs, x.shape[0], "M (x.shape[0])")
-    kernel = _grouped_kernel(x.device, *x.shape, fp8_dtype, backend)
+    kernel = grouped_kernel(x.device, *x.shape, fp8_dtype, backend)
     if kernel is not None:
         return _kernel_grouped(kernel, x, offs, pow2)
     return _reference_grouped(x, offs, fp8_dtype, pow2, backend)
 
 
-def _grouped_kernel(device: torch.device, rows: int, k: int, fp8_dtype, backend: str | None):
+def grouped_kernel(device: torch.device, rows: int, k: int, fp8_dtype, backend: str | None):
     """The backend for ``device`` if its ``quantize_grouped_transposed`` entry takes a call on x [rows, k] (its own
     FP8 dtype, at least one row, whole K blocks), else None."""
     chosen, dtype, _ = registry.backend_defaults(device, runtime.requested_backend(backend))
@@ -161,7 +161,7 @@ def _grouped_kernel(device: torch.device, rows: int, k: int, fp8_dtype, backend:
 def empty_scale_t(device: torch.device, rows: int, k: int, experts: int, fp8_dtype, backend: str | None):
     """An uninitialised ``scale_t`` [K, E + M // 128 + 1] with the strides a call on x [rows, k] gives it: the
     kernel's layout where the backend's kernel takes the call, else the reference's row-major (for the fakes)."""
-    kernel = _grouped_kernel(device, rows, k, fp8_dtype, backend)
+    kernel = grouped_kernel(device, rows, k, fp8_dtype, backend)
     layout = None if kernel is None else scale_t_layout(kernel)
     return runtime.empty_scale(k, grouped_blocks(rows, experts), layout, device)[0]
 

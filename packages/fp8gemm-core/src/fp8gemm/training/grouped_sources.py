@@ -20,11 +20,11 @@ from ..protocol import SOURCE_GATHER, SOURCE_SWIGLU, SOURCE_SWIGLU_BACKWARD
 from ..reference import BLOCK
 from ..validation import check_source
 from .grouped_quantize import (
-    _grouped_kernel,
     check_offs_tensor,
     check_offs_values,
     empty_scale_t,
     grouped_blocks,
+    grouped_kernel,
     quantize_grouped_with_transpose,
 )
 from .quantize import Transposed, scale_t_layout
@@ -124,7 +124,7 @@ def _quantize_source(x, offs, index, row_weight, gate_up, source: int, rows: int
                      backend: str | None):  # fmt: skip
     """The op's eager body: the backend's kernel on the source where it takes the call, else the composition."""
     check_offs_values(offs, rows, "M (the rows)")
-    kernel = _grouped_kernel(x.device, rows, k, fp8_dtype, backend)
+    kernel = grouped_kernel(x.device, rows, k, fp8_dtype, backend)
     if kernel is None or not rows:
         composed = _compose(source, x, index, row_weight, gate_up)
         return quantize_grouped_with_transpose(composed, offs, fp8_dtype=fp8_dtype, pow2_scales=pow2, backend=backend)
