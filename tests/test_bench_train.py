@@ -81,6 +81,23 @@ def test_a_cut_short_report_resumes_without_timing_again(smoke_report):
     assert again["rows"] == report["rows"] and again["environment"]["processes"] == 2
 
 
+def test_a_run_cut_before_its_first_case_keeps_its_gradient_errors(smoke_report, monkeypatch):
+    """The report is checkpointed once the accuracy rows exist, and a resumed run takes them from it."""
+    _, report, _ = smoke_report
+    saved = []
+
+    def stop(report):
+        saved.append(json.loads(json.dumps(report)))
+        raise KeyboardInterrupt  # cut short at the first checkpoint
+
+    with pytest.raises(KeyboardInterrupt):
+        train_bench.run("cpu", smoke=True, checkpoint=stop, progress=lambda text: None)
+    assert saved[0]["rows"] == [] and saved[0]["gradient_errors"]
+    monkeypatch.setattr(train_bench, "gradient_errors", lambda *a: pytest.fail("computed again"))
+    resumed = train_bench.run("cpu", smoke=True, earlier=saved[0], progress=lambda text: None)
+    assert resumed["gradient_errors"] == saved[0]["gradient_errors"] and resumed["rows"]
+
+
 def test_the_case_lists():
     cases = train_bench.layer_cases()
     assert len(cases) == len(train_bench.TRAIN_M) * (len(train_bench.LLAMA3_8B_NK) + len(train_bench.DEEPSEEK_V3_NK))

@@ -41,7 +41,7 @@ from .train_peers import (
     missing_paths,
     wgrad_operands,
 )
-from .train_timing import Timer, time_cases
+from .train_timing import Timer, gradient_errors_once, time_cases
 
 # (N, K) of each layer: out_features, in_features. Llama-3-8B: q,k,v fused (4096 + 2 x 1024), gate and up fused.
 LLAMA3_8B_NK = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
@@ -350,12 +350,8 @@ def run(device, shapes=None, *, smoke: bool = False, progress=print, earlier: di
               "rows": rows}  # fmt: skip
     error_m = SMOKE_ERROR_M if smoke else ERROR_M
     nks = list(dict.fromkeys((c.n, c.k) for c in layers))
-    report["gradient_errors"] = (earlier or {}).get("gradient_errors") if rows else None
-    if not report["gradient_errors"]:
-        report["gradient_errors"] = gradient_errors(nks, error_m, device, seed, missing)
-        for r in report["gradient_errors"]:
-            cells = [f"{n}: dx {e['dx']:.2e} dw {e['dw']:.2e}" for n, e in r["rel_err"].items()]
-            progress(f"gradient error at {r['m']}x{r['n']}x{r['k']}: " + "; ".join(cells))
+    gradient_errors_once(report, earlier, lambda: gradient_errors(nks, error_m, device, seed, missing),
+                         _error_text, progress, checkpoint)  # fmt: skip
     fp8 = preferred_fp8_dtype(device)
 
     def time_case(i: int, case: Case) -> dict:
@@ -365,6 +361,11 @@ def run(device, shapes=None, *, smoke: bool = False, progress=print, earlier: di
 
     time_cases(cases, report, time_case, summarize, lambda row: progress(_row_text(row)), checkpoint)
     return report
+
+
+def _error_text(r: dict) -> str:
+    cells = [f"{n}: dx {e['dx']:.2e} dw {e['dw']:.2e}" for n, e in r["rel_err"].items()]
+    return f"gradient error at {r['m']}x{r['n']}x{r['k']}: " + "; ".join(cells)
 
 
 def _row_text(row: dict) -> str:

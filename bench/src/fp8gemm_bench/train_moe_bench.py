@@ -44,7 +44,7 @@ from .train_moe_peers import (
     sort_rows,
 )
 from .train_peers import W_FORWARD_FORM, W_OURS, WGRAD_PREPARE, padded_rows, wgrad_operands
-from .train_timing import Timer, time_cases
+from .train_timing import Timer, gradient_errors_once, time_cases
 from .weight_floor import copy_bandwidth, floor_us
 
 TRAIN_TOKENS = (4096, 16384)
@@ -218,6 +218,11 @@ def gradient_errors(models, tokens: int, device, seed: int, paths: dict) -> list
     return rows
 
 
+def _error_text(r: dict) -> str:
+    cells = [f"{n}: dx {e['dx']:.2e} dw13 {e['dw13']:.2e}" for n, e in r["rel_err"].items()]
+    return f"gradient error at {r['tokens']} tokens, {r['model']} on {r['experts']} experts: " + "; ".join(cells)
+
+
 def _grads(layer, tensors, ids, dout) -> dict[str, torch.Tensor]:
     x, weights, w13, w2 = (t.detach().clone().requires_grad_() for t in tensors)
     out = layer(x, ids, weights, w13, w2)
@@ -303,14 +308,9 @@ def run(device, *, smoke: bool = False, progress=print, earlier: dict | None = N
     env["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
     report = {"environment": env, "paths": {"layer": list(LAYER_PATHS), "kgrouped": list(KGROUPED_PATHS)},
               "models": [asdict(m) for m in models], "partial": True, "rows": rows}  # fmt: skip
-    report["gradient_errors"] = (earlier or {}).get("gradient_errors") if rows else None
-    if not report["gradient_errors"]:
-        report["gradient_errors"] = gradient_errors(models, SMOKE_ERROR_T if smoke else ERROR_T, device, seed, paths)
-        for r in report["gradient_errors"]:
-            cells = [f"{n}: dx {e['dx']:.2e} dw13 {e['dw13']:.2e}" for n, e in r["rel_err"].items()]
-            progress(
-                f"gradient error at {r['tokens']} tokens, {r['model']} on {r['experts']} experts: " + "; ".join(cells)
-            )
+    error_t = SMOKE_ERROR_T if smoke else ERROR_T
+    gradient_errors_once(report, earlier, lambda: gradient_errors(models, error_t, device, seed, paths), _error_text,
+                         progress, checkpoint)  # fmt: skip
     by_name = {m.name: m for m in models}
 
     def time_case(_: int, case: Case) -> dict:

@@ -51,6 +51,20 @@ class Timer:
         return statistics.median(self.last)
 
 
+def gradient_errors_once(report: dict, earlier: dict | None, compute, line, progress, checkpoint) -> None:
+    """``report["gradient_errors"]``: the earlier report's (its setup already checked by ``earlier_rows``), else
+    ``compute()``, each row shown as ``line(row)``; the report is checkpointed then, so a run cut short before its
+    first timed case keeps them and a resumed one does not compute them again."""
+    report["gradient_errors"] = (earlier or {}).get("gradient_errors")
+    if report["gradient_errors"]:
+        return
+    report["gradient_errors"] = compute()
+    for row in report["gradient_errors"]:
+        progress(line(row))
+    if checkpoint:
+        checkpoint(report)
+
+
 def time_cases(cases: list, report: dict, time_case, summarize, show, checkpoint) -> None:
     """Time every case whose label is not among ``report``'s rows (``time_case(index, case) -> row``), showing,
     summarizing and checkpointing after each; then the rows in case order and the report complete."""
