@@ -144,7 +144,7 @@ def _quantize_grouped(x, offs, fp8_dtype, pow2: bool, backend: str | None):
     check_offs_values(offs, x.shape[0], "M (x.shape[0])")
     kernel = grouped_kernel(x.device, *x.shape, fp8_dtype, backend)
     if kernel is not None:
-        return _kernel_grouped(kernel, x, offs, pow2)
+        return kernel_grouped(kernel, x, offs, pow2)
     return _reference_grouped(x, offs, fp8_dtype, pow2, backend)
 
 
@@ -166,9 +166,17 @@ def empty_scale_t(device: torch.device, rows: int, k: int, experts: int, fp8_dty
     return runtime.empty_scale(k, grouped_blocks(rows, experts), layout, device)[0]
 
 
-def _kernel_grouped(kernel, x: torch.Tensor, offs: torch.Tensor, pow2: bool):
-    """One launch into outputs in the reference's layouts (q's scales in the backend's a_scale_layout)."""
-    rows, k = x.shape
+def kernel_grouped(
+    kernel,
+    x: torch.Tensor,
+    offs: torch.Tensor,
+    pow2: bool,
+    shape=None,
+    source: runtime.RowSourceArgs = runtime.PLAIN_ROWS,
+):
+    """One launch into outputs in the reference's layouts (q's scales in the backend's a_scale_layout): of x's rows, or
+    of the [rows, k] rows ``source`` computes from x (training/grouped_sources.py)."""
+    rows, k = x.shape if shape is None else shape
     blocks = grouped_blocks(rows, offs.shape[0])
     dtype = getattr(torch, kernel.fp8_dtype)
     q = x.new_empty((rows, k), dtype=dtype)
@@ -176,7 +184,7 @@ def _kernel_grouped(kernel, x: torch.Tensor, offs: torch.Tensor, pow2: bool):
     q_t = x.new_empty((k, blocks * BLOCK), dtype=dtype)
     scale_t, _ = runtime.empty_scale(k, blocks, scale_t_layout(kernel), x.device)  # read in place by kgrouped_wgrad
     runtime.call_quantize_grouped_transposed(kernel, runtime.kernel_rows(x), offs.contiguous(), q, scale, q_t,
-                                             scale_t, pow2)  # fmt: skip
+                                             scale_t, pow2, source)  # fmt: skip
     return q, scale, q_t, scale_t
 
 

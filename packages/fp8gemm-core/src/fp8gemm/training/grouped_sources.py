@@ -25,9 +25,10 @@ from .grouped_quantize import (
     empty_scale_t,
     grouped_blocks,
     grouped_kernel,
+    kernel_grouped,
     quantize_grouped_with_transpose,
 )
-from .quantize import Transposed, scale_t_layout
+from .quantize import Transposed
 
 
 def quantize_gathered_with_transpose(x: torch.Tensor, index: torch.Tensor, offs: torch.Tensor, *,
@@ -128,18 +129,10 @@ def _quantize_source(x, offs, index, row_weight, gate_up, source: int, rows: int
     if kernel is None or not rows:
         composed = _compose(source, x, index, row_weight, gate_up)
         return quantize_grouped_with_transpose(composed, offs, fp8_dtype=fp8_dtype, pow2_scales=pow2, backend=backend)
-    dtype = getattr(torch, kernel.fp8_dtype)
-    blocks = grouped_blocks(rows, offs.shape[0])
-    q = x.new_empty((rows, k), dtype=dtype)
-    scale, _ = runtime.empty_scale(rows, k // BLOCK, kernel.a_scale_layout, x.device)
-    q_t = x.new_empty((k, blocks * BLOCK), dtype=dtype)
-    scale_t, _ = runtime.empty_scale(k, blocks, scale_t_layout(kernel), x.device)
     args = runtime.RowSourceArgs(source, None if index is None else index.contiguous(),
                                  None if row_weight is None else row_weight.contiguous(),
                                  None if gate_up is None else _whole_rows(gate_up), x.shape[0])  # fmt: skip
-    runtime.call_quantize_grouped_transposed(kernel, _whole_rows(x), offs.contiguous(), q, scale, q_t, scale_t, pow2,
-                                             args)  # fmt: skip
-    return q, scale, q_t, scale_t
+    return kernel_grouped(kernel, _whole_rows(x), offs, pow2, (rows, k), args)
 
 
 def _whole_rows(t: torch.Tensor) -> torch.Tensor:
