@@ -53,29 +53,14 @@ __global__ __attribute__((amdgpu_flat_work_group_size(fp8gemm::kQuantThreads, fp
       tile);
 }
 
-template <int kSource, int kIn, int kGateIn = fp8gemm::kInFP32>
-const void* source_instance() {
-  return reinterpret_cast<const void*>(&quantize_grouped_source_kernel<kSource, kIn, kGateIn>);
-}
-
-// The instance for a source and its kinds, or null: gather from bf16/fp16/fp32 x, SwiGLU from fp32 h, its backward
-// from fp32 d and bf16/fp16/fp32 h.
+// The instance for a source and its kinds (fp8gemm/quantize_sources.cuh visit_source_instance), or null.
 const void* grouped_source_kernel(int source, int in_kind, int gate_up_kind) {
-  using fp8gemm::kInBF16, fp8gemm::kInFP16, fp8gemm::kInFP32;
-  constexpr int kGather = fp8gemm::kSourceGather, kSwiglu = fp8gemm::kSourceSwiglu;
-  constexpr int kBackward = fp8gemm::kSourceSwigluBackward;
-  if (source == kGather) {
-    if (in_kind == kInBF16) return source_instance<kGather, kInBF16>();
-    if (in_kind == kInFP16) return source_instance<kGather, kInFP16>();
-    if (in_kind == kInFP32) return source_instance<kGather, kInFP32>();
-  } else if (source == kSwiglu && in_kind == kInFP32) {
-    return source_instance<kSwiglu, kInFP32>();
-  } else if (source == kBackward && in_kind == kInFP32) {
-    if (gate_up_kind == kInBF16) return source_instance<kBackward, kInFP32, kInBF16>();
-    if (gate_up_kind == kInFP16) return source_instance<kBackward, kInFP32, kInFP16>();
-    if (gate_up_kind == kInFP32) return source_instance<kBackward, kInFP32, kInFP32>();
-  }
-  return nullptr;
+  const void* kernel = nullptr;
+  fp8gemm::visit_source_instance(source, in_kind, gate_up_kind, [&](auto instance) {
+    using I = decltype(instance);
+    kernel = reinterpret_cast<const void*>(&quantize_grouped_source_kernel<I::source, I::in, I::gate_in>);
+  });
+  return kernel;
 }
 
 }  // namespace

@@ -82,6 +82,31 @@ FP8GEMM_TILE_FN void load_source_rows(const QuantizeGroupedParams& p, const Tile
   }
 }
 
+// One compiled instance of a source kernel: the source and its input kinds (kGateIn: the SwiGLU backward's h).
+template <int kSource, int kIn, int kGateIn = kInFP32>
+struct SourceInstance {
+  static constexpr int source = kSource, in = kIn, gate_in = kGateIn;
+};
+
+// Host: calls visit(SourceInstance<...>{}) for the instance that runs `source` on these kinds and returns true, or
+// returns false where none is compiled. Every arch builds this set: the gather from bf16/fp16/fp32 x, SwiGLU from fp32
+// h, its backward from fp32 d and bf16/fp16/fp32 h.
+template <class Visit>
+inline bool visit_source_instance(int source, int in_kind, int gate_up_kind, Visit&& visit) {
+  if (source == kSourceGather) {
+    if (in_kind == kInBF16) return visit(SourceInstance<kSourceGather, kInBF16>{}), true;
+    if (in_kind == kInFP16) return visit(SourceInstance<kSourceGather, kInFP16>{}), true;
+    if (in_kind == kInFP32) return visit(SourceInstance<kSourceGather, kInFP32>{}), true;
+  } else if (source == kSourceSwiglu && in_kind == kInFP32) {
+    return visit(SourceInstance<kSourceSwiglu, kInFP32>{}), true;
+  } else if (source == kSourceSwigluBackward && in_kind == kInFP32) {
+    if (gate_up_kind == kInBF16) return visit(SourceInstance<kSourceSwigluBackward, kInFP32, kInBF16>{}), true;
+    if (gate_up_kind == kInFP16) return visit(SourceInstance<kSourceSwigluBackward, kInFP32, kInFP16>{}), true;
+    if (gate_up_kind == kInFP32) return visit(SourceInstance<kSourceSwigluBackward, kInFP32, kInFP32>{}), true;
+  }
+  return false;
+}
+
 // Column-block index `block` of the launch, K block kb, its rows computed by the source.
 template <class Arch, int kSource, int kIn, int kGateIn>
 FP8GEMM_QFN void quantize_grouped_source_tile(const QuantizeGroupedParams& p, int64_t block, int64_t kb, int tid,

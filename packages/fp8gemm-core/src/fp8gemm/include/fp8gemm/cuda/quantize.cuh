@@ -227,21 +227,11 @@ void launch_source_kernel(const QuantizeGroupedParams& p, int64_t k_blocks, int6
 // The source's kernel for the input kinds it takes (check_row_source refused the others).
 inline void launch_source(const QuantizeGroupedTransposedArgs& a, const QuantizeGroupedParams& p, int64_t k_blocks,
                           int64_t tiles, cudaStream_t stream, const std::string& what) {
-  if (a.source == kSourceSwiglu)
-    return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwiglu, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
-  if (a.source == kSourceSwigluBackward) {
-    if (a.gate_up_kind == kInBF16)
-      return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInBF16>>(p, k_blocks, tiles, stream, what);
-    if (a.gate_up_kind == kInFP16)
-      return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInFP16>>(p, k_blocks, tiles, stream, what);
-    return launch_source_kernel<quantize_grouped_source_kernel<kSourceSwigluBackward, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
-  }
-  if (a.source != kSourceGather) throw std::invalid_argument(what + ": no kernel for source " + std::to_string(a.source));
-  if (a.in_kind == kInBF16)
-    return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInBF16, kInFP32>>(p, k_blocks, tiles, stream, what);
-  if (a.in_kind == kInFP16)
-    return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInFP16, kInFP32>>(p, k_blocks, tiles, stream, what);
-  return launch_source_kernel<quantize_grouped_source_kernel<kSourceGather, kInFP32, kInFP32>>(p, k_blocks, tiles, stream, what);
+  const bool launched = visit_source_instance(a.source, a.in_kind, a.gate_up_kind, [&](auto instance) {
+    using I = decltype(instance);
+    launch_source_kernel<quantize_grouped_source_kernel<I::source, I::in, I::gate_in>>(p, k_blocks, tiles, stream, what);
+  });
+  if (!launched) throw std::invalid_argument(what + ": no kernel for source " + std::to_string(a.source));
 }
 
 template <int kIn>
