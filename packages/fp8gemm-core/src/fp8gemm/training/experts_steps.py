@@ -130,6 +130,10 @@ class GradDtypes(NamedTuple):
     w2: torch.dtype
 
 
+# bmm with an fp32 out_dtype for 16-bit inputs: CUDA torch >= 2.8
+BMM_OUT_DTYPE = torch.version.hip is None and hasattr(torch.ops.aten.bmm, "dtype")
+
+
 def slot_dots(y: torch.Tensor, position: torch.Tensor, dout: torch.Tensor) -> torch.Tensor:
     """fp32 [T, k]: ``<dout[t], y[position[t, j]]>``, the routing weights' gradient, in chunks of tokens: on CUDA
     for 16-bit rows one batched product with fp32 accumulation and output (the products are exact in fp32), else
@@ -138,8 +142,7 @@ def slot_dots(y: torch.Tensor, position: torch.Tensor, dout: torch.Tensor) -> to
     hidden = y.shape[1]
     out = torch.empty((tokens, k), dtype=torch.float32, device=y.device)
     step = max(1, COMBINE_CHUNK_BYTES // (k * hidden * 4))
-    batched = (y.is_cuda and torch.version.hip is None and y.dtype == dout.dtype and y.element_size() == 2
-               and hasattr(torch.ops.aten.bmm, "dtype"))  # bmm's out_dtype: torch >= 2.8  # fmt: skip
+    batched = BMM_OUT_DTYPE and y.is_cuda and y.dtype == dout.dtype and y.element_size() == 2
     for start in range(0, tokens, step):
         part = slice(start, start + step)
         picked = y.index_select(0, position[part].reshape(-1)).view(-1, k, hidden)
