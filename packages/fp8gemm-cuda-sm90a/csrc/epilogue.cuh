@@ -13,9 +13,10 @@ namespace fp8gemm_sm90a {
 template <typename C, int kBlockN, int kSub>
 __device__ __forceinline__ void store_warpgroup_tile(const CUtensorMap* map_out, const uint8_t* buf, const Params& p,
                                                      int row0, int n_first, int warpgroup, int a_group = 0) {
-  if constexpr (C::kType == GemmType::kGrouped) {  // 3-D map; the box lies inside the group (epilogue_tma)
+  if constexpr (C::kType == GemmType::kGrouped || C::kKGrouped) {  // 3-D map: the box never reaches the next group
     static_assert(C::kWideStore, "grouped kernels: 64-column store boxes");
     const int row = row0 + warpgroup * kSub * 64;
+    if (C::kKGrouped && row >= p.m) return;  // a warpgroup of a tile taller than M with no row inside it
 #pragma unroll
     for (int c = 0; c < kBlockN / 64; ++c)
       if (n_first + 64 * c < p.n) tma_store_3d(map_out, buf + c * (kSub * 64 * 128), n_first + 64 * c, row, a_group);
@@ -121,7 +122,10 @@ __device__ __forceinline__ void epilogue_tma(const CUtensorMap* map_out, uint8_t
       return;
     }
   }
-  if (issuer) store_warpgroup_tile<C, kBlockN, kSub>(map_out, buf, p, tile.row0, n_first, warpgroup, tile.a_group);
+  // k-grouped: expert `split`'s out, clipped at its M rows (the last M block's rows of the block before, recomputed,
+  // are written again with the same bits: bf16 out is never accumulated)
+  const int group = C::kKGrouped ? tile.split : tile.a_group;
+  if (issuer) store_warpgroup_tile<C, kBlockN, kSub>(map_out, buf, p, tile.row0, n_first, warpgroup, group);
 }
 
 // fp32 output, split-K partials, narrow bf16 tiles, weight-gradient tiles (fp32, added into out with p.accumulate, or

@@ -17,7 +17,7 @@
 // Weight-gradient kernels (kType = GemmType::kWgrad, wgrad_launch.cuh) take B scales per column (map_b_scale, one
 // row of them per stage; the others get any valid map there and never read it), promote each column with its own
 // (consumer.cuh promote_columns) and store fp32 directly, added into out where p.accumulate says so; k-grouped ones
-// (GemmType::kKGroupedWgrad) take split e as expert e.
+// (GemmType::kKGroupedWgrad) take split e as expert e, and store bf16 out through TMA (a 3-D map, expert e's rows).
 // The parts and their choices: docs/kernels/sm90a-structure.md.
 #pragma once
 
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
     }
 
     if constexpr (C::kTmaStore) {
-      if (!p.partial && !p.out_fp32) {
+      if (!p.partial && !p.out_fp32 && (!C::kWgrad || p.store_tma)) {
         epilogue_tma<C>(&map_out, smem.epilogue, p, tile, warpgroup, row_wg, warp, lane, total);
         continue;
       }

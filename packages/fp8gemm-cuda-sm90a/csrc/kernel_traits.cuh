@@ -29,6 +29,7 @@ struct Params {
   int row_ids;  // grouped: group_rows holds each row's id (m of them): tiles walk its runs (run_ring.cuh)
   int64_t sb_gs, out_gs;  // group strides (elements) of the B scales and of out (masked; k-grouped: per expert)
   int accumulate;         // weight-gradient kernels: out += the product (else out = it)
+  int store_tma;          // k-grouped weight-gradient kernels: bf16 out through map_out's TMA stores (else direct)
   // K-grouped weight-gradient kernels: split e is expert e of `groups`, its K blocks from group_rows (the cumulative
   // token ends) and its out at e * out_gs (scheduler.cuh expert_k_range).
 };
@@ -48,11 +49,11 @@ constexpr int kSegBytes = 4 * 8 + 2 * 2 * kSegKb * 4;
 
 __host__ __device__ constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
 
-// Pipeline depth: as many stages as shared memory holds next to the epilogue buffer and `extra`
-// bytes, at most `cap`. Weight-gradient kernels: B scales per column in every stage, no epilogue buffer.
-constexpr int stages_for(int block_m, int block_n, int extra = 0, int cap = 12, bool wgrad = false) {
+// Pipeline depth: as many stages as shared memory holds next to the epilogue buffer (tma_store) and `extra`
+// bytes, at most `cap`. Weight-gradient kernels: B scales per column in every stage.
+constexpr int stages_for(int block_m, int block_n, int extra, int cap, bool wgrad, bool tma_store) {
   const int per_stage = block_m * kBlockK + block_n * kBlockK + block_m * 4 + (wgrad ? block_n * 4 : 0);
-  const int epilogue = block_n % 32 == 0 && !wgrad ? block_m * block_n * 2 : 0;
+  const int epilogue = tma_store ? block_m * block_n * 2 : 0;
   const int fit = (227 * 1024 - 2048 - epilogue - 2 * cap * 8 - kSegBytes - extra) / per_stage;  // 2048: alignment; barriers
   return fit < cap ? fit : cap;
 }
@@ -90,7 +91,11 @@ struct KernelTraits {
   static constexpr int kRedBytes = kSplitK     ? 128 * (kBlockN / 2) * 4
                                    : kKGrouped ? kKGroupedExperts * 4
                                    : kGemm == GemmType::kGrouped ? kRunRingBytes : 0;
-  static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12, kWgrad);
+  // bf16 epilogue through shared memory and TMA stores; of the weight-gradient tiles the k-grouped 128 x 128 one,
+  // whose few K blocks per tile left the L2 busy with the direct epilogue's 4-byte stores (192 rows: it spilled).
+  static constexpr bool kTmaStore =
+      kBlockN % 32 == 0 && (!kWgrad || (kKGrouped && kBlockM == 128 && kBlockN % 64 == 0));
+  static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12, kWgrad, kTmaStore);
   static_assert(!kSplitK || (kConsumers == 1 && kSub == 1 && kCluster == 1 && kBlockN <= kBlockK),
                 "K split over warpgroups: 64-row two-set tiles");
   static_assert(kStages >= 3, "at least three pipeline stages");
@@ -110,7 +115,6 @@ struct KernelTraits {
   // The one-set loop reads its B scales from shared-memory segments that a producer warp fills ahead;
   // the two-set loop loads them itself, in batches of 32 K blocks.
   static constexpr bool kSegmentScalesB = !kOverlap && !kWgrad;
-  static constexpr bool kTmaStore = kBlockN % 32 == 0 && !kWgrad;  // bf16 epilogue through shared memory and TMA stores
   // Boxes of 64 columns (128-byte rows, 128-byte swizzle) spanning a warpgroup's rows: 2 TMA stores
   // per warpgroup of a 256 x 128 tile instead of 8 (32-wide tiles keep 64 x 32 boxes).
   static constexpr bool kWideStore = kBlockN % 64 == 0;

@@ -20,6 +20,12 @@
 namespace fp8gemm_sm90a {
 namespace {
 
+// Whether a k-grouped call's bf16 out [experts, m, n] suits a TMA store map: 16-byte aligned base and strides.
+inline bool tma_store_fits(const fp8gemm::KGroupedWgradArgs& a) {
+  return a.out_kind == fp8gemm::kOutBF16 && !a.accumulate && a.out % 16 == 0 && a.ldo % 8 == 0 && a.out_es % 8 == 0;
+}
+inline bool tma_store_fits(const fp8gemm::WgradArgs&) { return false; }
+
 // Args: fp8gemm::WgradArgs or fp8gemm::KGroupedWgradArgs (the same operand fields).
 template <int kIndex, class Args>
 void launch_wgrad_tile(const Args& a, Params p, const WgradPlan& plan, cudaStream_t stream, int dev) {
@@ -57,8 +63,16 @@ void launch_wgrad_tile(const Args& a, Params p, const WgradPlan& plan, cudaStrea
     if (!resident) kDevices.fail("no 2-CTA cluster fits on this GPU");
     launch.config.gridDim = dim3(std::min(plan.grid / 2, resident) * 2);  // the plan's grid is even
   }
-  // The output map slot holds the B scales' map again: these kernels store fp32 directly and never read it.
-  kDevices.check(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_s, map_sb, map_sb, p),
+  // The output map: k-grouped bf16 out that TMA can address, else the B scales' map again (stored directly, never read).
+  CUtensorMap map_out = map_sb;
+  if constexpr (C::kTmaStore) {
+    if (tma_store_fits(a)) {
+      map_out = make_map_3d(reinterpret_cast<void*>(a.out), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.n, a.m, a.experts,
+                            a.ldo, a.out_es, 64, 64 * C::kSub, CU_TENSOR_MAP_SWIZZLE_128B);
+      p.store_tma = 1;
+    }
+  }
+  kDevices.check(cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_s, map_out, map_sb, p),
                  "weight-gradient GEMM kernel launch");
 }
 
@@ -115,7 +129,8 @@ void kgrouped_wgrad_launch(const fp8gemm::KGroupedWgradArgs& args) {
   const int dev = kDevices.current();
   // The plan's K per expert: the layout's columns less one gap block per expert, shared evenly.
   const int64_t k_each = std::max<int64_t>(kBlockK, (args.k - kBlockK * args.experts) / args.experts);
-  launch_wgrad_plan(args, p, wgrad_plan_for(args.m, args.n, k_each, kDevices.sm_count(dev), args.experts), dev);
+  const WgradPlan plan = wgrad_plan_for(args.m, args.n, k_each, kDevices.sm_count(dev), args.experts, tma_store_fits(args));
+  launch_wgrad_plan(args, p, plan, dev);
 }
 
 }  // namespace fp8gemm_sm90a
