@@ -116,16 +116,17 @@ def test_the_entry_refuses_what_the_protocol_rules_out(emulator):
     q, q_t = torch.empty(32, 256, dtype=FP8), torch.empty(256, 32, dtype=FP8)
     scale, scale_t = torch.empty(32, 2), torch.empty(256, 1)
 
-    def call(m=32, k=256, m_t=32, blocks=0):
+    def call(m=32, k=256, m_t=32, blocks=0, q_t_group=0):
         backend.quantize_transposed(QUANTIZE_TRANSPOSED_ARGS.pack(
             x.data_ptr(), q.data_ptr(), scale.data_ptr(), q_t.data_ptr(), scale_t.data_ptr(), m, k, m_t, 256, 2, 1, 1,
-            1, IN_BF16, 0, blocks, 0,
+            1, IN_BF16, 0, blocks, q_t_group, 0,
         ))  # fmt: skip
 
     launches = emulator.quantize_transposed_launches
     call()
     assert emulator.quantize_transposed_launches == launches + 1
-    for bad in (dict(m_t=24), dict(m_t=16), dict(k=200), dict(m=0), dict(blocks=2), dict(m=17, blocks=1)):
+    for bad in (dict(m_t=24), dict(m_t=16), dict(k=200), dict(m=0), dict(blocks=2), dict(m=17, blocks=1),
+                dict(q_t_group=16), dict(q_t_group=-128)):  # fmt: skip
         with pytest.raises(gfx942_emulator.EmulationError, match="quantize_transposed: m >= 1, m_t >= m a multiple"):
             call(**bad)
     address = QUANTIZE_TRANSPOSED_ARGS.pack(*[0] * len(QUANTIZE_TRANSPOSED_ARGS.fields))
@@ -135,3 +136,23 @@ def test_the_entry_refuses_what_the_protocol_rules_out(emulator):
         match=rf"quantize_transposed: arguments of protocol version {PROTOCOL_VERSION + 1}",
     ):
         backend.quantize_transposed(address)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 30, 2 * 256 * 384], ids=["all-experts-at-once", "two-experts-at-a-time"])
+def test_expert_weights_transposes_are_written_per_expert(emulator, mi300x, chunk_bytes, monkeypatch):
+    """quantize_experts_with_transpose on the kernel: the stacked experts' [E N, K] rows in one launch a chunk, each
+    expert's W^T written as its own [K, N] matrix (q_t_group N), against quantize_weight of each expert."""
+    from fp8gemm.training import grouped_quantize, quantize_experts_with_transpose
+
+    monkeypatch.setattr(grouped_quantize, "EXPERTS_CHUNK_BYTES", chunk_bytes)
+    seed = 8200 + (chunk_bytes < 1 << 30)
+    print(f"seed {seed}: chunk {chunk_bytes} bytes")
+    gen = torch.Generator().manual_seed(seed)
+    w = (torch.randn(5, 256, 384, generator=gen) * torch.rand(5, 1, 1, generator=gen)).to(torch.bfloat16)
+    launches = emulator.quantize_transposed_launches
+    got = quantize_experts_with_transpose(w)
+    assert emulator.quantize_transposed_launches == launches + (1 if chunk_bytes > 5 * 256 * 384 else 3)
+    for e in range(5):
+        q, scale = fp8gemm.quantize_weight(w[e], fp8_dtype=FP8)
+        assert _same_codes(got.q[e], q) and _same_scales(got.scale[e], scale), f"expert {e}"
+        assert _same_codes(got.q_t[e], q.t()) and _same_scales(got.scale_t[e], scale.t()), f"expert {e}"

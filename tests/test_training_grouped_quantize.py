@@ -144,24 +144,6 @@ def test_weights_of_every_expert_and_their_transposes(chunk_bytes, monkeypatch):
     assert plain.q.shape == (3, 200, 256) and plain.q_t.numel() == 0 and plain.scale_t.numel() == 0
 
 
-@pytest.mark.parametrize("chunk_bytes", [1 << 30, 2 * 256 * 384], ids=["all-experts-at-once", "two-experts-at-a-time"])
-def test_weights_through_the_dense_transposing_kernel(chunk_bytes, monkeypatch):
-    """The route a GPU takes for N a multiple of 128 (a few experts as one [e N, K] matrix through the dense
-    transposing quantizer, W^T copied into [E, K, N]), taken here on the reference: each expert's quantize_weight."""
-    monkeypatch.setattr(grouped_quantize, "EXPERTS_CHUNK_BYTES", chunk_bytes)
-    monkeypatch.setattr(grouped_quantize, "transposed_kernel", lambda *args: "the dense kernel")
-    gen = torch.Generator().manual_seed(DEFAULT_SEED + 7)
-    print(f"seed {DEFAULT_SEED + 7}")
-    w = (torch.randn(5, 256, 384, generator=gen) * torch.rand(5, 1, 1, generator=gen)).bfloat16()
-    got = quantize_experts_with_transpose(w, pow2_scales=False)
-    for e in range(5):
-        q, scale = fp8gemm.quantize_weight(w[e])
-        assert torch.equal(got.q[e].view(torch.uint8), q.view(torch.uint8)) and torch.equal(got.scale[e], scale)
-        assert torch.equal(got.q_t[e].view(torch.uint8), q.t().view(torch.uint8))
-        assert torch.equal(got.scale_t[e], scale.t())
-    assert all(t.is_contiguous() for t in got)
-
-
 # --- kgrouped_wgrad ------------------------------------------------------------------------------------------------
 
 

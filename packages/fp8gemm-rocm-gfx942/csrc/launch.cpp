@@ -108,10 +108,10 @@ void quantize_transposed(const fp8gemm::QuantizeTransposedArgs& args) {
   const int64_t k_blocks = args.k / fp8gemm::kQuantBlock;
   if (args.m < 1 || args.m_t < args.m || args.m_t % 16 || args.k < fp8gemm::kQuantBlock || args.k % fp8gemm::kQuantBlock ||
       (args.blocks != 0 && args.blocks != 1) || (args.blocks && args.m_t != args.m) || args.in_kind < fp8gemm::kInBF16 ||
-      args.in_kind > fp8gemm::kInFP32)
+      args.in_kind > fp8gemm::kInFP32 || !fp8gemm::q_t_group_fits(args))
     throw std::invalid_argument(std::string(kPackage) + ": quantize_transposed: m >= 1, m_t >= m a multiple of 16 (m_t = "
-                                "m for weights), k a positive multiple of 128, blocks 0 or 1 and a known input kind "
-                                "are required");
+                                "m for weights), k a positive multiple of 128, blocks 0 or 1, a known input kind and "
+                                "q_t_group 0 or a multiple of 128 dividing m_t are required");
   // grid x counts work-items in 32 bits (the dispatch packet's grid_size_x), grid y at most 65535 workgroups
   if (row_blocks * fp8gemm::kQuantThreads > UINT32_MAX || k_blocks > 65535)
     throw std::invalid_argument(std::string(kPackage) + ": quantize_transposed: too many rows or K blocks for one launch");

@@ -91,7 +91,7 @@ WGRAD_ARGS = ArgsMirror(
 QUANTIZE_TRANSPOSED_ARGS = ArgsMirror(
     "quantize_transposed",
     "x:Q q:Q scale:Q q_t:Q scale_t:Q m:q k:q m_t:q ldx:q scale_s0:q scale_s1:q scale_t_s0:q scale_t_s1:q in_kind:i "
-    "pow2:i blocks:i stream:Q",
+    "pow2:i blocks:i q_t_group:q stream:Q",
 )
 QUANTIZE_GROUPED_TRANSPOSED_ARGS = ArgsMirror(
     "quantize_grouped_transposed",
@@ -232,9 +232,10 @@ asynchronous like it. Optional: without it (or for operands outside its layouts)
 
 QuantizeTransposedFn = Callable[[int], None]
 """``quantize_transposed(QUANTIZE_TRANSPOSED_ARGS.pack(x, q, scale, q_t, scale_t, m, k, m_t, ldx, scale_s0, scale_s1,
-scale_t_s0, scale_t_s1, in_kind, pow2, blocks, stream))``: one read of ``x`` ([m, k] as for :data:`QuantizeFn`) writes
-it in FP8 twice, ``q`` [m, k] and its transpose ``q_t`` [k, m_t] (both contiguous; m <= m_t, m_t % 16 == 0, columns
-past m quantized from zeros), bit-identical to ``fp8gemm.training``'s reference.
+scale_t_s0, scale_t_s1, in_kind, pow2, blocks, q_t_group, stream))``: one read of ``x`` ([m, k] as for :data:`QuantizeFn`)
+writes it in FP8 twice, ``q`` [m, k] and its transpose ``q_t`` [k, m_t] (both contiguous; m <= m_t, m_t % 16 == 0,
+columns past m quantized from zeros), bit-identical to ``fp8gemm.training``'s reference. With ``q_t_group`` (a
+multiple of 128 dividing m_t; 0: one matrix) ``q_t`` is m_t / q_t_group matrices [k, q_t_group] one after another.
 
 * ``blocks`` 0 (activations, output gradients): ``q`` with 1x128 scales along k, exactly ``quantize``'s codes and
   scales, scale (row, k block) at ``scale + (row * scale_s0 + kb * scale_s1) * 4``; ``q_t`` with 1x128 scales along m,

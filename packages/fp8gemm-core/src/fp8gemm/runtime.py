@@ -109,14 +109,17 @@ def call_quantize(backend, x2d: torch.Tensor, pow2: bool, dev: int, switch: bool
     return q, scale, ld
 
 
-def call_quantize_transposed(backend, x2d: torch.Tensor, q, scale, q_t, scale_t, pow2: bool, blocks: bool) -> None:
+def call_quantize_transposed(backend, x2d: torch.Tensor, q, scale, q_t, scale_t, pow2: bool, blocks: bool,
+                             q_t_group: int = 0) -> None:  # fmt: skip
     """The backend's ``quantize_transposed`` entry on x2d [M >= 1, K] (rows kernel-readable) into the given outputs
-    (``q`` [M, K], ``q_t`` [K, M_t], contiguous; scales as strided tensors), on x2d's device and its current stream."""
+    (``q`` [M, K], ``q_t`` [K, M_t] contiguous, or with ``q_t_group`` M_t / q_t_group matrices [K, q_t_group] one after
+    another; scales as strided tensors), on x2d's device and its current stream."""
     dev = device_index(x2d)
     m, k = x2d.shape
+    m_t = q_t.numel() // k
     address = _pack_quantize_transposed(x2d.data_ptr(), q.data_ptr(), scale.data_ptr(), q_t.data_ptr(),
-                                        scale_t.data_ptr(), m, k, q_t.shape[1], x2d.stride(0), *scale.stride(),
-                                        *scale_t.stride(), IN_KINDS[x2d.dtype], int(pow2), int(blocks),
+                                        scale_t.data_ptr(), m, k, m_t, x2d.stride(0), *scale.stride(),
+                                        *scale_t.stride(), IN_KINDS[x2d.dtype], int(pow2), int(blocks), q_t_group,
                                         raw_stream(dev))  # fmt: skip
     if switch_needed(dev):
         call_on_device(backend.quantize_transposed, address, dev)

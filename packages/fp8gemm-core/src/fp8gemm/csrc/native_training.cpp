@@ -83,7 +83,7 @@ void quantize_into(const Tensor& x, bool pow2_scales, bool blocks, const Quantiz
   need(m == layout.m && layout.m_t % 16 == 0, "rows of the transpose");
   g.training.quantize_transposed(fp8gemm::QuantizeTransposedArgs{
       address(x), at.q, at.scale, at.q_t, at.scale_t, m, layout.k, layout.m_t, ldx, at.scale_s0, at.scale_s1,
-      at.scale_t_s0, at.scale_t_s1, kind, pow2_scales ? 1 : 0, blocks ? 1 : 0, stream});
+      at.scale_t_s0, at.scale_t_s1, kind, pow2_scales ? 1 : 0, blocks ? 1 : 0, 0, stream});
 }
 
 // An operand and its transpose, each with its scales, as tensors.

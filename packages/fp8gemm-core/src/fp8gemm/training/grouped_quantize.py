@@ -42,7 +42,7 @@ from ..autograd import refuse_grad
 from ..quantize import quantize_activation
 from ..reference import BLOCK, reciprocal, reference_quantize, scale_from_amax
 from ..validation import check_fp8_dtype, check_source
-from .quantize import Transposed, eager_quantize_transposed, scale_t_layout, transposed_kernel
+from .quantize import Transposed, scale_t_layout, transposed_kernel
 
 
 def grouped_blocks(rows: int, experts: int) -> int:
@@ -260,28 +260,30 @@ def _quantize_experts(w, fp8_dtype, pow2: bool, transpose: bool, backend: str | 
 def _kernel_experts(w, dtype, pow2: bool, transpose: bool, backend: str | None):
     """Every expert's weight through the dense transposing kernel, a few experts at a time as one [e N, K] matrix: N a
     multiple of 128, so no 128 x 128 block spans two experts and the codes and scales are each expert's own. The
-    kernel's W^T [K, e N] is each expert's [K, N] side by side, copied into [E, K, N]."""
+    kernel writes q into place and the transpose of each expert's N rows as its own [K, N] matrix (``q_t_group``
+    N), W^T [E, K, N] as it is kept; only the small scales are copied."""
     experts, n, k = w.shape
     nb, kb = n // BLOCK, k // BLOCK
+    kernel = transposed_kernel(w.device, dtype, backend)
+    layout = kernel.b_scale_layout
     step = max(1, EXPERTS_CHUNK_BYTES // (n * k))
-    # one launch for every expert: its codes are q as they are (only W^T and the small scales are copied)
-    q = None if step >= experts else w.new_empty((experts, n, k), dtype=dtype)
+    q = w.new_empty((experts, n, k), dtype=dtype)
     scale = w.new_empty((experts, nb, kb), dtype=torch.float32)
     q_t = w.new_empty((experts, k, n) if transpose else (0,), dtype=dtype)
     scale_t = w.new_empty((experts, kb, nb) if transpose else (0,), dtype=torch.float32)
+    scratch = None if transpose else w.new_empty((min(step, experts), k, n), dtype=dtype)  # the kernel writes W^T
     for first in range(0, experts, step):
         part = slice(first, min(first + step, experts))
         count = part.stop - first
-        t = eager_quantize_transposed(w[part].reshape(count * n, k), dtype, pow2, True, backend)
-        if q is None:
-            q = t[0].view(count, n, k)
-        else:
-            q[part] = t[0].view(count, n, k)
-        scale[part] = t[1].reshape(count, nb, kb)
-        if transpose:  # 8 codes an element: a strided copy of single bytes ran at a third of the copy rate
-            wide = t[2].view(torch.int64).view(k, count, n // 8)
-            q_t[part].view(torch.int64).copy_(wide.transpose(0, 1))
-            scale_t[part] = t[3].reshape(kb, count, nb).transpose(0, 1)
+        rows = runtime.kernel_rows(w[part].reshape(count * n, k))
+        part_scale, _ = runtime.empty_scale(count * nb, kb, layout, w.device)
+        part_scale_t, _ = runtime.empty_scale(kb, count * nb, layout, w.device)
+        part_q_t = q_t[part] if transpose else scratch[:count]
+        runtime.call_quantize_transposed(kernel, rows, q[part].view(count * n, k), part_scale, part_q_t,
+                                         part_scale_t, pow2, True, q_t_group=n)  # fmt: skip
+        scale[part] = part_scale.reshape(count, nb, kb)
+        if transpose:
+            scale_t[part] = part_scale_t.reshape(kb, count, nb).transpose(0, 1)
     return q, scale, q_t, scale_t
 
 

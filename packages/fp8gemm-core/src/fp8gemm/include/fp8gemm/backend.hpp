@@ -123,11 +123,14 @@ struct WgradArgs {
 // scale[row * scale_s0 + kb * scale_s1]; q_t with one scale per 1 x 128 along m, (column, row block) at
 // scale_t[c * scale_t_s0 + rb * scale_t_s1], rb < ceil(m_t / 128). blocks 1 (weights): one scale per 128 x 128
 // tile for both, (row block, k block) in scale and (k block, row block) in scale_t, q_t the codes of q transposed
-// (m_t = m). Guarantees as for QuantizeArgs.
+// (m_t = m). q_t_group 0 keeps q_t one matrix; else (a multiple of 128 dividing m_t) q_t is m_t / q_t_group
+// matrices [k, q_t_group] one after another, column c of the transpose at column c % q_t_group of matrix
+// c / q_t_group (the experts' W^T [E, K, N] from their stacked [E N, K] weights). Guarantees as for QuantizeArgs.
 struct QuantizeTransposedArgs {
   uintptr_t x, q, scale, q_t, scale_t;
   int64_t m, k, m_t, ldx, scale_s0, scale_s1, scale_t_s0, scale_t_s1;
   int in_kind, pow2, blocks;
+  int64_t q_t_group;
   uintptr_t stream;
 };
 
@@ -207,7 +210,7 @@ static_assert(sizeof(Wire<MoeActivationArgs>) == 96 && offsetof(MoeActivationArg
               "mirror: MOE_ACTIVATION_ARGS");
 static_assert(sizeof(Wire<MoeCombineArgs>) == 112 && offsetof(MoeCombineArgs, stream) == 96, "mirror: MOE_COMBINE_ARGS");
 static_assert(sizeof(Wire<WgradArgs>) == 136 && offsetof(WgradArgs, stream) == 120, "mirror: WGRAD_ARGS");
-static_assert(sizeof(Wire<QuantizeTransposedArgs>) == 136 && offsetof(QuantizeTransposedArgs, stream) == 120,
+static_assert(sizeof(Wire<QuantizeTransposedArgs>) == 144 && offsetof(QuantizeTransposedArgs, stream) == 128,
               "mirror: QUANTIZE_TRANSPOSED_ARGS");
 static_assert(sizeof(Wire<QuantizeGroupedTransposedArgs>) == 192 && offsetof(QuantizeGroupedTransposedArgs, stream) == 176,
               "mirror: QUANTIZE_GROUPED_TRANSPOSED_ARGS");

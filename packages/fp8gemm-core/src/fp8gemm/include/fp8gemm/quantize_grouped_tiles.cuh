@@ -43,7 +43,7 @@ inline QuantizeGroupedParams quantize_grouped_params(const QuantizeGroupedTransp
                                        reinterpret_cast<uint8_t*>(a.q_t), reinterpret_cast<float*>(a.scale),
                                        reinterpret_cast<float*>(a.scale_t), a.m, a.k, a.columns,
                                        a.ldx * (a.in_kind == kInFP32 ? 4 : 2), a.scale_s0, a.scale_s1, a.scale_t_s0,
-                                       a.scale_t_s1, a.pow2, 0};
+                                       a.scale_t_s1, a.pow2, 0, a.columns};
   const RowSource source{reinterpret_cast<const int64_t*>(a.index), reinterpret_cast<const float*>(a.row_weight),
                          reinterpret_cast<const uint8_t*>(a.gate_up), a.source_rows,
                          a.ld_gate_up * (a.gate_up_kind == kInFP32 ? 4 : 2)};

@@ -33,11 +33,12 @@ constexpr int kTileRowsPerThread = 8;
 struct QuantizeTransposedParams {
   const uint8_t* x;  // bytes: rows are ldx_bytes apart
   uint8_t* q;        // [m, k] contiguous
-  uint8_t* q_t;      // [k, m_t] contiguous
+  uint8_t* q_t;      // [k, m_t] contiguous, or m_t / q_t_group such matrices [k, q_t_group] one after another
   float* scale;      // (row or row block, k block) at row * scale_s0 + kb * scale_s1
   float* scale_t;    // (column, row block) or (k block, row block) at c * scale_t_s0 + rb * scale_t_s1
   int64_t m, k, m_t, ldx_bytes, scale_s0, scale_s1, scale_t_s0, scale_t_s1;
   int pow2, blocks;
+  int64_t q_t_group;  // columns of one matrix of q_t: m_t for one matrix
 };
 
 inline QuantizeTransposedParams quantize_transposed_params(const QuantizeTransposedArgs& a) {
@@ -45,7 +46,12 @@ inline QuantizeTransposedParams quantize_transposed_params(const QuantizeTranspo
                                   reinterpret_cast<uint8_t*>(a.q_t), reinterpret_cast<float*>(a.scale),
                                   reinterpret_cast<float*>(a.scale_t), a.m, a.k, a.m_t,
                                   a.ldx * (a.in_kind == kInFP32 ? 4 : 2), a.scale_s0, a.scale_s1, a.scale_t_s0,
-                                  a.scale_t_s1, a.pow2, a.blocks};
+                                  a.scale_t_s1, a.pow2, a.blocks, a.q_t_group ? a.q_t_group : a.m_t};
+}
+
+// Host: whether q_t_group splits q_t into whole matrices of whole 128-column blocks (QuantizeTransposedArgs).
+inline bool q_t_group_fits(const QuantizeTransposedArgs& a) {
+  return a.q_t_group == 0 || (a.q_t_group > 0 && a.q_t_group % 128 == 0 && a.m_t % a.q_t_group == 0);
 }
 
 // Shared memory of one workgroup: per-thread-row partial maxima, then the codes of q_t with each 8-byte chunk of a
@@ -215,13 +221,15 @@ FP8GEMM_TILE_FN void quantize_loaded_rows(const QuantizeTransposedParams& p, con
     tile.codes[c][swizzled_chunk(c, group)] = column_codes[j];
   }
   Arch::barrier();
-  // q_t rows kb*128 .. +127, columns rb*128 .. +127 (those below m_t), 16 bytes a thread a step
-  const int64_t col0 = rb * kQuantBlock;
+  // q_t rows kb*128 .. +127, columns rb*128 .. +127 (those below m_t), 16 bytes a thread a step; the columns lie in
+  // one matrix of q_t (q_t_group a multiple of 128)
+  const int64_t col0 = rb * kQuantBlock, matrix = col0 / p.q_t_group;
+  uint8_t* q_t = p.q_t + matrix * p.k * p.q_t_group + (col0 - matrix * p.q_t_group);
   for (int piece = tid; piece < kQuantBlock * 8; piece += kQuantThreads) {
     const int c = piece / 8, half = piece % 8;
     if (col0 + half * 16 >= p.m_t) continue;
     const uint64_t lo = tile.codes[c][swizzled_chunk(c, 2 * half)], hi = tile.codes[c][swizzled_chunk(c, 2 * half + 1)];
-    uint64_t* dst = reinterpret_cast<uint64_t*>(p.q_t + (kb * kQuantBlock + c) * p.m_t + col0 + half * 16);
+    uint64_t* dst = reinterpret_cast<uint64_t*>(q_t + (kb * kQuantBlock + c) * p.q_t_group + half * 16);
     dst[0] = lo;
     dst[1] = hi;
   }

@@ -246,6 +246,9 @@ struct GroupedKernel {
 
 inline void launch_quantize_transposed(const QuantizeTransposedArgs& args, const char* package) {
   const int64_t k_blocks = args.k / kQuantBlock, tiles = k_blocks * ((args.m_t + kQuantBlock - 1) / kQuantBlock);
+  if (!q_t_group_fits(args))
+    throw std::invalid_argument(std::string(package) + ": quantize_transposed: q_t_group must be 0 or a multiple of "
+                                "128 that divides m_t");
   if (tiles == 0) return;
   launch_by_kind<DenseKernel>(args.in_kind, quantize_transposed_params(args), k_blocks, tiles,
                               reinterpret_cast<cudaStream_t>(args.stream), std::string(package) + ": quantize_transposed");
