@@ -17,9 +17,9 @@ DRIVER = r"""
 #include <cstdio>
 #include "heuristics.hpp"
 int main() {
-  long long m, n, k; int sms;
-  while (std::scanf("%lld %lld %lld %d", &m, &n, &k, &sms) == 4) {
-    const auto p = fp8gemm_sm90a::wgrad_plan_for(m, n, k, sms);
+  long long m, n, k, experts; int sms, tma_store;
+  while (std::scanf("%lld %lld %lld %d %lld %d", &m, &n, &k, &sms, &experts, &tma_store) == 6) {
+    const auto p = fp8gemm_sm90a::wgrad_plan_for(m, n, k, sms, experts, tma_store != 0);
     const auto& t = p.tile;
     std::printf("%d %d %d %d %d %d %d %d %d\n", t.rows, t.cols, t.cluster, (int)t.loop, p.m_blocks, p.n_blocks, p.grid,
                 p.group_m, fp8gemm_sm90a::wgrad_tile_index(t));
@@ -36,7 +36,8 @@ def plan(tmp_path_factory):
     driver = sm90a_host_driver(tmp_path_factory.mktemp("sm90a_wgrad_plan"), DRIVER)
 
     def run(shapes):
-        lines = driver("".join(f"{m} {n} {k} {sms}\n" for m, n, k, sms in shapes)).splitlines()
+        lines = driver("".join(f"{m} {n} {k} {sms} {' '.join(map(str, rest or (1, 0)))}\n"
+                               for m, n, k, sms, *rest in shapes)).splitlines()  # fmt: skip
         assert lines[-1] == "compiled 3"
         return [dict(zip(FIELDS, map(int, line.split()), strict=True)) for line in lines[:-1]]
 
@@ -77,3 +78,13 @@ def test_training_shapes_take_the_measured_fastest_tile(plan):
               (4096, 14336, 4096): (192, 1)}  # fmt: skip
     got = plan([(*s, 132) for s in shapes])
     assert [(p["rows"], p["cluster"]) for p in got] == list(shapes.values())
+
+
+def test_kgrouped_bf16_out_with_few_tokens_takes_the_tma_store_tile(plan):
+    """heuristics.hpp kTmaStoreMaxTokens: a k-grouped launch whose bf16 out takes TMA stores and whose experts hold at
+    most 1024 tokens each runs the 128 x 128 tile (the one that stores through TMA); fp32 out, or more tokens, keep the
+    rate model's pick (Qwen3-30B-A3B's dW13 at 4096 tokens: 192 x 128)."""
+    qwen_dw13 = (1536, 2048, 256, 132, 128)
+    got = plan([(*qwen_dw13, 1), (*qwen_dw13, 0), (1536, 2048, 2048, 132, 128, 1)])
+    assert [(p["rows"], p["cols"]) for p in got] == [(128, 128), (192, 128), (192, 128)]
+    assert all(p["index"] >= 0 and 0 < p["grid"] <= 132 for p in got)
