@@ -92,6 +92,24 @@ def test_every_expert_against_float64_of_the_same_fp8_operands(backend, case, la
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("experts", [1, 5])
+@pytest.mark.parametrize("m", [48, 80, 208])  # a warpgroup without rows, a store box past M, a last block started early
+def test_bf16_out_of_rows_that_end_inside_a_tile(backend, m, experts, launches):
+    """bf16 out with few tokens per expert (the plan's TMA-store tile) on output rows that are not a multiple of the
+    tile's: the fp32 result rounded, bit for bit, and within the contract of float64."""
+    counts = [200, 3, 0, 130, 77][:experts]
+    offs, a, b = _operands(counts, 256, 256, seed=50 + m + experts)
+    a_t, a_scale_t = a.q_t[:m], a.scale_t[:m]
+    want = kgrouped_float64(a_t, b.q_t, a_scale_t, b.scale_t, counts)
+    fp32 = kgrouped_wgrad(a_t, b.q_t, a_scale_t, b.scale_t, offs, backend=backend)
+    bf16 = _poisoned(want.shape, torch.bfloat16)
+    kgrouped_wgrad(a_t, b.q_t, a_scale_t, b.scale_t, offs, out=bf16, backend=backend)
+    assert launches[0] == 2
+    assert torch.equal(bf16, fp32.bfloat16())
+    _check_experts(bf16, want, counts, BF16_TOLERANCE)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_accumulate_adds_and_leaves_empty_experts_bits_untouched(backend, launches):
     counts = [200, 0, 57, 0, 1000]
     offs, a, b = _operands(counts, 256, 384, seed=9)

@@ -121,6 +121,7 @@ struct KernelTraits {
   // 256-row tiles hand their epilogue buffer to a producer warp that issues the TMA stores and waits
   // for them, so no consumer warp lags behind its warpgroup into the next tile's first wgmma.
   static constexpr bool kStoreWarp = kTmaStore && kSub == 2;
+  static_assert(!(kKGrouped && kStoreWarp), "the store warp stores at the tile's a_group, not the k-grouped expert");
   static_assert(kType == GemmType::kDense || (!kSplitK && (kCluster == 1 || kAlongN)),
                 "grouped kernels: no K split; clusters pair N blocks (one group's rows)");
   // The one-set loop's stage release: one arrive per consumer warp (lane 0's) on 256-row tiles, one per

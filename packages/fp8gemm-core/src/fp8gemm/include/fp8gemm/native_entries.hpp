@@ -29,7 +29,7 @@ struct NativeEntries {
 
 // The optional training entries (fp8gemm/training_entries.hpp), handed over apart (`_C.native_training_entries()`,
 // filled by backend_module.hpp's define_wgrad_entry and define_quantize_transposed_entry): null where the arch has none.
-constexpr uint32_t kNativeTrainingEntriesVersion = 1;
+constexpr uint32_t kNativeTrainingEntriesVersion = 2;  // 2: QuantizeTransposedArgs.q_t_group
 
 struct NativeTrainingEntries {
   uint32_t version;  // kNativeTrainingEntriesVersion
