@@ -11,7 +11,7 @@ import pytest
 import torch
 from fp8gemm.cli import main
 from fp8gemm_bench import bench, train_moe_bench, train_moe_peers
-from fp8gemm_bench.train_moe_peers import BF16, K_OURS, KGROUPED_PATHS, LAYER_PATHS, OURS
+from fp8gemm_bench.train_moe_peers import BF16, K_OURS, K_OURS_BF16, KGROUPED_PATHS, LAYER_PATHS, OURS
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*pure-torch reference")
 
@@ -51,6 +51,8 @@ def test_every_path_is_timed_or_reported_with_its_reason(smoke_report):
             assert {OURS, BF16} <= r["us"].keys() and r["vs_bf16"][BF16] == 1.0
         else:
             assert K_OURS in r["us"] and r["rel_err"][K_OURS] < 1e-5  # the float64 product of its FP8 operands
+            assert 1e-5 < r["rel_err"][K_OURS_BF16] < train_moe_bench.BF16_ROUNDING  # that product rounded once
+            assert r["roofline_bf16_us"] <= r["roofline_us"]
             assert r["roofline_us"] > 0 and r["roofline_bound"] in ("compute", "memory")
             assert set(r["dense_tflops"]) == {train_moe_bench.W_FORWARD_FORM, train_moe_bench.W_OURS}
 

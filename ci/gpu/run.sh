@@ -19,7 +19,8 @@
 #   bench-train-moe  fp8gemm bench --train --moe  -> train_moe.json, train_moe.png, train_moe.txt
 #   train-run      fp8gemm bench --train-run, then --throughput -> train_run.*, train_tput.*; TRAIN_RUN=moe:
 #                  fp8gemm bench --train-run --moe instead (a byte-level Qwen3-MoE) -> train_run_moe.*
-#   train-fsdp     fp8gemm bench --train-fsdp (two GPUs) -> train_fsdp.*
+#   train-fsdp     fp8gemm bench --train-fsdp (two GPUs) -> train_fsdp.*; TRAIN_FSDP=moe: --train-fsdp --moe instead
+#                  -> train_fsdp_moe.*, or "dense moe" for both
 #   models         python3 -m fp8gemm_bench.models on whole transformers models (the Hub layout in /tmp/hub first)
 #   host           python3 ci/host_overhead.py, per call and whole models in eager (`kernels` from .whl/ for
 #                  transformers' rows) -> host.txt, host.json, eager.txt, eager.json
@@ -29,8 +30,8 @@
 # Environment: OUT (/tmp/out); TIMEOUT_<STEP> seconds (TIMEOUT_BENCH_LAYER=300); BENCH_ARGS, more options of the
 # bench-* steps (--quick, --decode); MODELS_ARGS, of models; RESUME_FROM=DIR: a bench-* step continues DIR/<name>.json
 # (a report cut short; one already in $OUT is continued too); SANITIZE_BACKENDS (default: every backend built here);
-# TRAIN_RUN, the train-run step's runs: dense (default), moe, or "dense moe"; AB_ROUNDS (3); HUB_ARCHES (default: the
-# shipped arch builds of this GPU, in one library).
+# TRAIN_RUN, the train-run step's runs: dense (default), moe, or "dense moe"; TRAIN_FSDP, the same for train-fsdp;
+# AB_ROUNDS (3); HUB_ARCHES (default: the shipped arch builds of this GPU, in one library).
 set -uo pipefail  # no -e: a failed step is reported and the next runs; SC2086/SC2046: word lists split on purpose
 cd "$(dirname "$0")/../.." || exit 1
 STEPS=" build peers tests check sanitize bench-gemm bench-layer bench-grouped bench-moe bench-train bench-train-moe train-run train-fsdp models host hub ab "
@@ -128,6 +129,18 @@ sanitize() {
       logged "san_${be}_sources_$tool.txt" 1 timeout "$limit" compute-sanitizer --tool $tool --error-exitcode 9 \
         python3 -m pytest -q -p no:cacheprovider tests/test_gpu_grouped_sources.py -k "$be and not fake"
     done
+  done
+}
+
+train_fsdp() {  # TRAIN_FSDP: dense (default), moe or "dense moe": the FSDP2 check of that model on two GPUs
+  local runs=" ${TRAIN_FSDP:-dense} " kind
+  if ! [[ $runs =~ ^( (dense|moe))+\ $ ]]; then
+    echo "train-fsdp: TRAIN_FSDP='${TRAIN_FSDP:-}': dense, moe or \"dense moe\""; failed+=(train-fsdp); return
+  fi
+  for kind in $runs; do
+    local name=train_fsdp$([ "$kind" = moe ] && echo _moe)
+    logged "$name.txt" 10 timeout "$(seconds "$name" 300)" fp8gemm bench --train-fsdp $([ "$kind" = moe ] && echo --moe) \
+      --json "$OUT/$name.json" --plot "$OUT/$name.png"
   done
 }
 
@@ -244,8 +257,7 @@ for step in "$@"; do
     bench-train) bench train 40 --train ;;
     bench-train-moe) bench train_moe 40 --train --moe ;;
     train-run) train_run ;;
-    train-fsdp) logged train_fsdp.txt 10 timeout "$(seconds train-fsdp 300)" fp8gemm bench --train-fsdp \
-                  --json "$OUT/train_fsdp.json" --plot "$OUT/train_fsdp.png" ;;
+    train-fsdp) train_fsdp ;;
     models) models ;;
     host) host ;;
     hub) hub || failed+=(hub) ;;

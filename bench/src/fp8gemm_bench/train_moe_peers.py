@@ -28,9 +28,10 @@ TORCHAO = "torchao FP8 blockwise grouped_mm layer"
 LAYER_PATHS = (OURS, BF16, TORCHAO)
 
 K_OURS = "fp8gemm.training.kgrouped_wgrad"
+K_OURS_BF16 = "fp8gemm.training.kgrouped_wgrad, bf16 out"
 K_DEEPGEMM = "DeepGEMM k_grouped_fp8_gemm_nt_contiguous + padding to 128"
 K_DEEPGEMM_GEMM = "DeepGEMM k_grouped_fp8_gemm_nt_contiguous, pre-padded"
-KGROUPED_PATHS = (K_OURS, K_DEEPGEMM, K_DEEPGEMM_GEMM)
+KGROUPED_PATHS = (K_OURS, K_OURS_BF16, K_DEEPGEMM, K_DEEPGEMM_GEMM)
 BLOCK = 128
 
 
@@ -134,8 +135,8 @@ def expert_blocks(ops: KGroupedOperands) -> list[tuple[int, int]]:
     return [(b, -(-n // BLOCK)) for b, n in zip(base, ops.counts, strict=True)]
 
 
-def _k_ours(ops: KGroupedOperands):
-    out = torch.empty(len(ops.counts), ops.a_t.shape[0], ops.b_t.shape[0], device=ops.a_t.device)
+def _k_ours(ops: KGroupedOperands, dtype: torch.dtype = torch.float32):
+    out = torch.empty(len(ops.counts), ops.a_t.shape[0], ops.b_t.shape[0], device=ops.a_t.device, dtype=dtype)
     return lambda: kgrouped_wgrad(ops.a_t, ops.b_t, ops.a_scale_t, ops.b_scale_t, ops.offs, out=out)
 
 
@@ -179,6 +180,7 @@ def _deepgemm(ops: KGroupedOperands, pad_in_time: bool):
 
 KGROUPED_PREPARE = {
     K_OURS: _k_ours,
+    K_OURS_BF16: lambda ops: _k_ours(ops, torch.bfloat16),
     K_DEEPGEMM: lambda ops: _deepgemm(ops, True),
     K_DEEPGEMM_GEMM: lambda ops: _deepgemm(ops, False),
 }
