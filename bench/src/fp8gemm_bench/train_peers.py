@@ -22,6 +22,9 @@ import torch.nn.functional as F
 from fp8gemm import gemm, prepare_weight_scale, quantize_weight
 from fp8gemm.nn import Fp8TrainingLinear
 from fp8gemm.reference import reference_quantize
+from fp8gemm.registry import backend_defaults
+from fp8gemm.runtime import empty_scale
+from fp8gemm.training.quantize import scale_t_layout
 from torch import nn
 
 
@@ -111,7 +114,18 @@ def transposed_1x128(x: torch.Tensor, fp8_dtype: torch.dtype) -> tuple[torch.Ten
     weight gradient does not read, needs C a multiple of 128)."""
     m = x.shape[0]
     x_t = F.pad(x.float(), (0, 0, 0, padded_rows(m) - m)).t()
-    return reference_quantize(x_t, fp8_dtype, False)
+    q_t, scale_t = reference_quantize(x_t, fp8_dtype, False)
+    return q_t, _in_quantizer_layout(scale_t)
+
+
+def _in_quantizer_layout(scale_t: torch.Tensor) -> torch.Tensor:
+    """``scale_t`` in the layout the backend's transposing quantizer writes (the one its weight-gradient GEMM reads in
+    place, e.g. MN-major on sm90a), so the timed call is the call a training step makes, with no per-call scale copy."""
+    backend, _, _ = backend_defaults(scale_t.device, None)
+    if backend is None:
+        return scale_t
+    out, _ = empty_scale(*scale_t.shape, scale_t_layout(backend), scale_t.device)
+    return out.copy_(scale_t)
 
 
 def wgrad_operands(dy: torch.Tensor, x: torch.Tensor, fp8_dtype: torch.dtype) -> WgradOperands:
