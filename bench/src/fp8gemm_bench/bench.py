@@ -423,14 +423,26 @@ def earlier_rows(earlier: dict | None, env: dict, keep: Callable[[dict], bool]) 
     return [r for r in earlier.get("rows", []) if keep(r)]
 
 
+def _module_version(name: str) -> str:
+    import importlib
+
+    try:
+        return str(getattr(importlib.import_module(name), "__version__", "unknown"))
+    except Exception as exc:  # a broken build: say so rather than fail the report
+        return f"unknown (import failed: {type(exc).__name__})"
+
+
 def installed_versions(dists: tuple[str, ...]) -> dict[str, str]:
-    """The installed version of each distribution in ``dists`` that is installed."""
+    """The version of each distribution in ``dists`` that is installed, or else importable (a source build on the
+    path, as DeepGEMM's develop.sh leaves it): its module's ``__version__``."""
     import importlib.metadata
+    import importlib.util
 
     versions = {}
     for dist in dists:
         try:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
-            pass
+            if importlib.util.find_spec(dist) is not None:
+                versions[dist] = _module_version(dist)
     return versions

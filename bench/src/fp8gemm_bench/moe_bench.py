@@ -344,14 +344,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def _peer_versions() -> dict[str, str]:
-    versions = installed_versions(("transformers", "kernels", "deep_gemm", "triton"))
-    try:
-        import deep_gemm
-
-        versions.setdefault("deep_gemm", getattr(deep_gemm, "__version__", "unknown"))
-    except Exception:
-        pass
-    return versions
+    return installed_versions(("transformers", "kernels", "deep_gemm", "triton"))
 
 
 def run(device, cases: list[Case] | None = None, backend: str | None = None, progress=print, earlier: dict | None = None,
