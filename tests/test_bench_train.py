@@ -127,6 +127,18 @@ def test_the_timer_warms_up_and_takes_the_median():
     assert timer(lambda: calls.append(1)) >= 0 and len(calls) == 8 and len(timer.last) == 5
 
 
+def test_wgrad_alone_times_only_weight_gradient_rows_on_any_shape(tmp_path):
+    """--train --wgrad --shapes: DeepGEMM's kind of shapes (N not a multiple of 128), no layer or accuracy rows."""
+    js = tmp_path / "wgrad.json"
+    argv = ["bench", "--train", "--wgrad", "--smoke", "--device", "cpu", "--shapes", "200,144,256", "--json", str(js)]
+    assert main(argv) == 0
+    report = json.loads(js.read_text())
+    assert [(r["set"], r["m"], r["n"], r["k"]) for r in report["rows"]] == [("wgrad", 200, 144, 256)]
+    assert report["gradient_errors"] == []
+    (row,) = report["rows"]
+    assert train_peers.W_OURS in row["us"] and row["rel_err"][train_peers.W_OURS] < 1e-5
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -139,6 +151,8 @@ def test_the_timer_warms_up_and_takes_the_median():
         (["--train-run", "--smoke", "--shapes", "256,256,256"], "--shapes goes with --train"),
         (["--train", "--smoke", "--resume"], "--resume goes with --train and --json"),
         (["--train", "--smoke", "--quick"], "--quick and --decode go with --moe"),
+        (["--wgrad", "--smoke"], "--wgrad goes with --train"),
+        (["--train", "--moe", "--wgrad", "--smoke"], "--wgrad goes with --train"),
         (["--train", "--models", "qwen3-30b-a3b"], "--models goes with --moe or --train --moe"),
         (["--train", "--moe", "--smoke", "--models", "qwen3-30b-a3b"], "--smoke times its own tiny model"),
     ],

@@ -142,6 +142,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the k-grouped weight gradient (ours, DeepGEMM's with its padding) against its roofline",
     )
     p.add_argument(
+        "--wgrad",
+        action="store_true",
+        help="with --train: the weight-gradient GEMM alone (its rows on the layer sizes and DeepGEMM's own shapes, or "
+        "on --shapes M,N,K: dW [N, K] over M tokens), no layer rows",
+    )
+    p.add_argument(
         "--train-run",
         action="store_true",
         help="train a byte-level Llama-style model (103M parameters) on the Python standard library's source in bf16 "
@@ -195,6 +201,8 @@ def run(args) -> int:
         raise UsageError(f"{', '.join(chosen[:-1])} and {chosen[-1]} are separate benchmarks; run one, then the other")
     if args.models and (not args.moe or args.train_run or args.train_fsdp or args.smoke):
         raise UsageError("--models goes with --moe or --train --moe (--smoke times its own tiny model)")
+    if args.wgrad and not (args.train and not args.moe):
+        raise UsageError("--wgrad goes with --train (the dense weight-gradient GEMM's rows alone)")
     if args.train or args.train_run or args.train_fsdp:
         return _train_modes(args, device)
     if args.smoke or args.steps or args.throughput:
@@ -266,7 +274,7 @@ def _train_modes(args, device: torch.device) -> int:
         )
     if args.shapes:
         try:
-            train_bench.layer_cases(args.shapes)
+            (train_bench.wgrad_shape_cases if args.wgrad else train_bench.layer_cases)(args.shapes)
         except ValueError as exc:
             raise UsageError(f"--shapes: {exc}") from None
     if args.train_fsdp and device.type == "cuda" and torch.cuda.device_count() < train_fsdp.WORLD:
@@ -280,7 +288,7 @@ def _train_modes(args, device: torch.device) -> int:
         earlier = _earlier_report(args)
         checkpoint = (lambda r: _save_atomically(r, args.json)) if args.json else None
         report = train_bench.run(device, args.shapes or None, smoke=args.smoke, progress=say, earlier=earlier,
-                                 checkpoint=checkpoint, seed=args.seed)  # fmt: skip
+                                 checkpoint=checkpoint, seed=args.seed, wgrad_only=args.wgrad)  # fmt: skip
         print_train_summary(report)
         return _write_outputs(args, report, _save_atomically, train_bench.plot)
     if args.train_fsdp:

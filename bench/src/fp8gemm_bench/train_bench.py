@@ -106,6 +106,15 @@ def layer_cases(shapes=None, smoke: bool = False) -> list[Case]:
     ]
 
 
+def wgrad_shape_cases(shapes) -> list[Case]:
+    """``shapes`` [(M tokens, N, K)] for the weight-gradient GEMM alone: dW [N, K] over M tokens, N and K multiples
+    of 16 (the output's rows and columns; M any: the last 128-token block is partial)."""
+    for m, n, k in shapes:
+        if n % 16 or k % 16:
+            raise ValueError(f"{m},{n},{k}: the weight gradient [N, K] needs N and K multiples of 16")
+    return [Case("layer", "custom", "custom", m, n, k) for m, n, k in shapes]
+
+
 def wgrad_cases(layers: list[Case], smoke: bool = False, own_shapes: bool = True) -> list[Case]:
     """The weight-gradient GEMM on every layer case's sizes, then DeepGEMM's own wgrad shapes not among them."""
     cases = [Case("wgrad", c.model, c.layer, c.m, c.n, c.k) for c in layers]
@@ -322,15 +331,16 @@ def peer_versions() -> dict[str, str]:
 
 
 def run(device, shapes=None, *, smoke: bool = False, progress=print, earlier: dict | None = None, checkpoint=None,
-        seed: int = DEFAULT_SEED, timer=None) -> dict:  # fmt: skip
+        seed: int = DEFAULT_SEED, timer=None, wgrad_only: bool = False) -> dict:  # fmt: skip
     """Time every layer case, then every weight-gradient case (``shapes`` narrows both to those (M, N, K)), after the
     accuracy rows; ``earlier``: a cut-short report of the same GPU and software whose cases are kept;
-    ``checkpoint(report)`` after every case; ``smoke``: tiny cases and two timed calls (any device, no measurement)."""
+    ``checkpoint(report)`` after every case; ``smoke``: tiny cases and two timed calls (any device, no measurement);
+    ``wgrad_only``: the weight-gradient cases alone (no layer rows, no accuracy rows)."""
     device = torch.device(device)
     if device.type != "cuda" and not smoke and timer is None:
         raise ValueError(f"timing needs a GPU, got device {device}; smoke=True runs the harness on tiny cases")
-    layers = layer_cases(shapes, smoke)
-    cases = layers + wgrad_cases(layers, smoke, own_shapes=not shapes)
+    layers = wgrad_shape_cases(shapes) if wgrad_only and shapes else layer_cases(shapes, smoke)
+    cases = ([] if wgrad_only else layers) + wgrad_cases(layers, smoke, own_shapes=not shapes)
     timer = timer or (Timer(device, SMOKE_ITERS, 1, 0.0) if smoke else Timer(device))
     missing = missing_paths(device)
     env = environment(device, None, seed)
@@ -349,7 +359,7 @@ def run(device, shapes=None, *, smoke: bool = False, progress=print, earlier: di
     report = {"environment": env, "paths": {"layer": list(LAYER_PATHS), "wgrad": list(WGRAD_PATHS)}, "partial": True,
               "rows": rows}  # fmt: skip
     error_m = SMOKE_ERROR_M if smoke else ERROR_M
-    nks = list(dict.fromkeys((c.n, c.k) for c in layers))
+    nks = [] if wgrad_only else list(dict.fromkeys((c.n, c.k) for c in layers))
     gradient_errors_once(report, earlier, lambda: gradient_errors(nks, error_m, device, seed, missing),
                          _error_text, progress, checkpoint)  # fmt: skip
     fp8 = preferred_fp8_dtype(device)
