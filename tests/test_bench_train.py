@@ -129,9 +129,11 @@ def test_the_timer_warms_up_and_takes_the_median():
 
 def test_wgrad_alone_times_only_weight_gradient_rows_on_any_shape(tmp_path):
     """--train --wgrad --shapes: DeepGEMM's kind of shapes (N not a multiple of 128), no layer or accuracy rows."""
-    js = tmp_path / "wgrad.json"
-    argv = ["bench", "--train", "--wgrad", "--smoke", "--device", "cpu", "--shapes", "200,144,256", "--json", str(js)]
+    js, png = tmp_path / "wgrad.json", tmp_path / "wgrad.png"
+    argv = ["bench", "--train", "--wgrad", "--smoke", "--device", "cpu", "--shapes", "200,144,256", "--json", str(js),
+            "--plot", str(png)]  # fmt: skip
     assert main(argv) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
     report = json.loads(js.read_text())
     assert [(r["set"], r["m"], r["n"], r["k"]) for r in report["rows"]] == [("wgrad", 200, 144, 256)]
     assert report["gradient_errors"] == []

@@ -145,7 +145,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--wgrad",
         action="store_true",
         help="with --train: the weight-gradient GEMM alone (its rows on the layer sizes and DeepGEMM's own shapes, or "
-        "on --shapes M,N,K: dW [N, K] over M tokens), no layer rows",
+        "on --shapes M,N,K: dW [N, K] over M tokens, N a multiple of 16), no layer rows",
     )
     p.add_argument(
         "--train-run",

@@ -34,7 +34,8 @@ def print_train_summary(report: dict) -> None:
         table.add_row(name, cell(block["vs_bf16"]), cell(block["vs_bf16_m_ge_4096"]),
                       cell(block["vs_bf16_m_ge_2048"], "slowest"),
                       f"{cell(ao)} (slowest {cell(ao, 'slowest')})" if ao and ao["cases"] else "-")  # fmt: skip
-    console.print(table)
+    if table.row_count:  # --wgrad: no layer rows
+        console.print(table)
     for key, s in report["summary"]["wgrad"].items():
         if s["cases"]:
             console.print(f"weight-gradient GEMM, {key}: geomean {s['geomean']:.2f}, slowest {s['slowest']:.2f} "

@@ -385,6 +385,20 @@ def _row_text(row: dict) -> str:
     return f"{row['label']} ({unit}): " + ", ".join(cells) + ("  errors: " + "; ".join(wrong) if wrong else "")
 
 
+def _plot_layer(ax, layer: list[dict]) -> None:
+    names = [p for p in LAYER_PATHS if p != BF16 and any(p in r["vs_bf16"] for r in layer)]
+    width = 0.8 / max(len(names), 1)
+    for i, name in enumerate(names):
+        ys = [r["vs_bf16"].get(name, 0.0) for r in layer]
+        ax.bar([j + i * width for j in range(len(layer))], ys, width, label=name)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    centre = width * (len(names) - 1) / 2
+    ax.set_xticks([j + centre for j in range(len(layer))], [r["label"][6:] for r in layer], rotation=75, fontsize=6,
+                  ha="right")  # fmt: skip
+    ax.set_ylabel("forward + backward speed vs bf16 nn.Linear")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
 def plot(report: dict, path: Path) -> None:
     """Top: the layer's forward + backward speed over bf16 per case; bottom: the weight-gradient GEMM's TFLOP/s."""
     import matplotlib
@@ -394,18 +408,12 @@ def plot(report: dict, path: Path) -> None:
 
     layer = [r for r in report["rows"] if r["set"] == "layer"]
     wgrad = [r for r in report["rows"] if r["set"] == "wgrad"]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(10, 0.55 * max(len(layer), len(wgrad), 1)), 10))
-    names = [p for p in LAYER_PATHS if p != BF16 and any(p in r["vs_bf16"] for r in layer)]
-    width = 0.8 / max(len(names), 1)
-    for i, name in enumerate(names):
-        ys = [r["vs_bf16"].get(name, 0.0) for r in layer]
-        top.bar([j + i * width for j in range(len(layer))], ys, width, label=name)
-    top.axhline(1.0, color="black", linewidth=0.8)
-    centre = width * (len(names) - 1) / 2
-    top.set_xticks([j + centre for j in range(len(layer))], [r["label"][6:] for r in layer], rotation=75, fontsize=6,
-                   ha="right")  # fmt: skip
-    top.set_ylabel("forward + backward speed vs bf16 nn.Linear")
-    top.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    panels = 2 if layer else 1  # --wgrad: the weight-gradient panel alone
+    fig, axes = plt.subplots(panels, 1, figsize=(max(10, 0.55 * max(len(layer), len(wgrad), 1)), 5 * panels),
+                             squeeze=False)  # fmt: skip
+    top, bottom = axes[0][0], axes[-1][0]
+    if layer:
+        _plot_layer(top, layer)
     names = [p for p in WGRAD_PATHS if any(p in r["tflops"] for r in wgrad)]
     width = 0.8 / max(len(names), 1)
     for i, name in enumerate(names):

@@ -58,7 +58,7 @@ TARGETS = {"vs_bf16_geomean": 1.5, "vs_bf16_slowest": 1.0, "vs_torchao_geomean":
            "kgrouped_over_roofline_worst": 1.3, "kgrouped_bf16_over_roofline_worst": 1.3,
            "kgrouped_vs_deepgemm_skewed_geomean": 1.1}  # fmt: skip
 LOWER_IS_BETTER = ("kgrouped_over_roofline_worst", "kgrouped_bf16_over_roofline_worst")
-BF16_ROUNDING = 2.0**-8  # a bf16 output's relative error: the fp32 sum rounded once (8 significant bits)
+BF16_ROUNDING = 2.5e-3  # the fp32 sum rounded to nearest bf16 once: ~1.7e-3 (truncated: ~3.3e-3)
 
 
 @dataclass(frozen=True)
@@ -315,7 +315,10 @@ def run(device, *, smoke: bool = False, progress=print, earlier: dict | None = N
                "their scales and the fp32 output at the copy bandwidth); roofline_bf16: the same with the bf16 "
                "output")  # fmt: skip
     labels = [c.label for c in cases]
-    rows = earlier_rows(earlier, env, lambda r: r["label"] in labels)
+    # a k-grouped row from before the bf16-out path is timed again, so every row has every path
+    rows = earlier_rows(
+        earlier, env, lambda r: r["label"] in labels and (r["set"] != "kgrouped" or "roofline_bf16_us" in r)
+    )
     env["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
     report = {"environment": env, "paths": {"layer": list(LAYER_PATHS), "kgrouped": list(KGROUPED_PATHS)},
               "models": [asdict(m) for m in models], "partial": True, "rows": rows}  # fmt: skip

@@ -8,7 +8,8 @@ whose two grouped GEMMs are ``torch._grouped_mm`` (bf16), a per-expert loop wher
 FP8 blockwise grouped GEMM (quantizes A 1x128 and B 128x128 per call; pads every expert to 128 tokens itself).
 
 K-grouped paths are ``prepare(ops) -> run``: ``ops`` the FP8 operands of dW_e = dY_e^T X_e for every expert
-(``KGroupedOperands``: ``quantize_grouped_with_transpose``'s codes and scales), ``run()`` returns dW [E, N, K] float32.
+(``KGroupedOperands``: ``quantize_grouped_with_transpose``'s codes and scales), ``run()`` returns dW [E, N, K] float32
+(bf16 for the bf16-out path).
 """
 
 from __future__ import annotations

@@ -101,9 +101,9 @@ class WgradOperands(NamedTuple):
     """dW [N, K] = dY^T [N, M] @ X [M, K], M the tokens: both operands FP8 with 1x128 scales along M."""
 
     dy_t: torch.Tensor  # FP8 [N, M_pad]
-    dy_t_scale: torch.Tensor  # fp32 [N, M_pad/128], row-major
+    dy_t_scale: torch.Tensor  # fp32 [N, M_pad/128], in the transposing quantizer's layout
     x_t: torch.Tensor  # FP8 [K, M_pad]
-    x_t_scale: torch.Tensor  # fp32 [K, M_pad/128], row-major
+    x_t_scale: torch.Tensor  # fp32 [K, M_pad/128], in the transposing quantizer's layout
     dy: torch.Tensor  # the bf16 source [M, N]
     x: torch.Tensor  # the bf16 source [M, K]
 
