@@ -18,7 +18,7 @@ from ..autograd import refuse_grad
 from ..moe_torch import silu_and_mul
 from ..protocol import SOURCE_GATHER, SOURCE_SWIGLU, SOURCE_SWIGLU_BACKWARD
 from ..reference import BLOCK
-from ..validation import check_source
+from ..validation import check_source, check_tensor
 from .grouped_quantize import (
     check_offs_tensor,
     check_offs_values,
@@ -38,7 +38,7 @@ def quantize_gathered_with_transpose(x: torch.Tensor, index: torch.Tensor, offs:
     [M] of rows sorted by expert), or of ``rows = x[index] * row_weight[:, None]`` in fp32 with ``row_weight`` fp32 [M].
     On the device an index outside [0, T) reads a zero row (it is not checked on the host)."""
     check_source("x", x)
-    _check_2d("x", x)
+    check_tensor("x", x)
     _check_vector("index", index, torch.int64, x)
     if row_weight is not None:
         _check_vector("row_weight", row_weight, torch.float32, x)
@@ -53,7 +53,7 @@ def quantize_swiglu_with_transpose(h: torch.Tensor, offs: torch.Tensor, *, fp8_d
                                    pow2_scales: bool = False, backend: str | None = None) -> Transposed:  # fmt: skip
     """``quantize_grouped_with_transpose(F.silu(h[:, :I]) * h[:, I:], offs)`` of the fp32 gate/up product h [M, 2I]
     (rows sorted by expert, I a multiple of 128)."""
-    _check_2d("h", h)
+    check_tensor("h", h)
     if h.dtype != torch.float32:
         raise TypeError(f"h must be float32 (the gate/up GEMM's fp32 product), got {h.dtype}")
     if h.shape[1] % (2 * BLOCK) or not h.shape[1]:
@@ -68,8 +68,8 @@ def quantize_swiglu_backward_with_transpose(d: torch.Tensor, h: torch.Tensor, of
     """``quantize_grouped_with_transpose(swiglu_backward(d, h), offs)``: the gradient [M, 2I] of
     ``F.silu(gate) * up`` at h = [gate | up] (bf16/fp16/fp32 [M, 2I], rows sorted by expert) for the output gradient
     d fp32 [M, I], I a multiple of 128: :func:`swiglu_backward`."""
-    _check_2d("d", d)
-    _check_2d("h", h)
+    check_tensor("d", d)
+    check_tensor("h", h)
     check_source("h", h)
     if d.dtype != torch.float32:
         raise TypeError(f"d must be float32 (the down GEMM's input gradient), got {d.dtype}")
@@ -91,13 +91,6 @@ def swiglu_backward(d: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     torch.ops.aten.silu_backward.grad_input(d_gate, gate, grad_input=d_gate)
     torch.mul(F.silu(gate), d, out=d_up)
     return out
-
-
-def _check_2d(name: str, t) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != 2:
-        raise ValueError(f"{name} must be a 2-D tensor, got shape {tuple(t.shape)}")
 
 
 def _check_vector(name: str, t, dtype: torch.dtype, x: torch.Tensor) -> None:
