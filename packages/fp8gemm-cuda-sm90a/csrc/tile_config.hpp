@@ -80,6 +80,7 @@ constexpr TileConfig kWgradTiles[] = {
     {128, 128, 1, MainLoop::kOneSet},
     {192, 128, 1, MainLoop::kOneSet},
     {256, 128, 2, MainLoop::kOneSet},
+    {128, 160, 1, MainLoop::kOneSet},
 };
 constexpr int kWgradTileCount = sizeof(kWgradTiles) / sizeof(kWgradTiles[0]);
 
