@@ -41,7 +41,7 @@ def built(request, tmp_path_factory):
 
 
 ONE_SET = 1  # tile_config.hpp MainLoop::kOneSet
-SM90A_GEMM_KERNELS = 28  # tile_config.hpp: the 16 kTiles, the 6 kGroupedTiles and the 3 kWgradTiles twice
+SM90A_GEMM_KERNELS = 30  # tile_config.hpp: the 16 kTiles, the 6 kGroupedTiles and the 4 kWgradTiles twice
 WGRAD_TYPES = (2, 3)  # tile_config.hpp GemmType::kWgrad, kKGroupedWgrad
 
 
