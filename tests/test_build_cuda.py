@@ -134,7 +134,11 @@ def test_sm90a_wgrad_kernels_promote_per_column(built):
         blocks = qgmma // 4  # K blocks x slices in the SASS
         assert qgmma >= expected[key], (key, qgmma)
         assert ops["LDS.64"] >= blocks * cols // 8, (key, ops["LDS.64"], blocks)
-        assert ops["FMUL"] >= ops["FFMA"] // 2 > 0 and ops["FFMA"] >= blocks * cols // 2, (key, ops["FMUL"], ops["FFMA"])
+        assert ops["FMUL"] >= ops["FFMA"] // 2 > 0 and ops["FFMA"] >= blocks * cols // 2, (
+            key,
+            ops["FMUL"],
+            ops["FFMA"],
+        )
         tma_store = key == ((128, 128, 1, ONE_SET), WGRAD_TYPES[-1])
         assert any(op.startswith("UTMASTG") for op in ops) == tma_store, key
         assert sum(n for op, n in ops.items() if op.startswith("UTMALDG.2D")) >= 4, key
