@@ -60,3 +60,22 @@ WGRAD_KERNEL_SHAPES = {
     (1500, 2160, 1152): (256, 128, 2),
     (1500, 2160, 3456): (256, 128, 2),
 }
+
+# The k-grouped weight-gradient kernels (wgrad_launch.cuh kgrouped_wgrad_launch) on 132 SMs: (tokens of each expert,
+# N, K, out) -> (rows, cols, cluster), out "fp32", "bf16" (TMA stores where the plan takes the 128 x 128 tile) or
+# "accumulate" (fp32 added into). Each has an empty expert and experts ending inside a 128-token block.
+KGROUPED_WGRAD_KERNEL_SHAPES = {
+    ((1100, 0, 1300), 256, 256, "bf16"): (128, 128, 1),
+    ((1100, 0, 1300), 1536, 640, "fp32"): (192, 128, 1),
+    ((1100, 0, 1300), 640, 1600, "fp32"): (256, 128, 2),
+    ((1100, 0, 1300), 384, 2176, "accumulate"): (128, 160, 1),
+    ((2000, 0, 1500, 900), 256, 2176, "bf16"): (128, 160, 1),
+}
+
+
+def kgrouped_plan_args(counts, n: int, k: int, out: str, sms: int = 132) -> tuple[int, ...]:
+    """wgrad_plan_for's arguments for a k-grouped launch on ``counts``: the per-expert aligned layout's columns
+    (128 (E + M // 128 + 1)) less one gap block per expert, shared evenly; TMA stores for plain bf16 out."""
+    experts, rows = len(counts), sum(counts)
+    k_each = max(128, 128 * (rows // 128 + 1) // experts)
+    return n, k, k_each, sms, experts, int(out == "bf16")

@@ -18,6 +18,7 @@ from fp8gemm import registry
 from fp8gemm.testing.conformance import DEFAULT_SEED, relative_error
 from fp8gemm.training import grouped_wgrad, kgrouped_wgrad, quantize_grouped_with_transpose
 from kgrouped_float64 import kgrouped_float64
+from sm90a_kernel_shapes import KGROUPED_WGRAD_KERNEL_SHAPES
 
 pytestmark = pytest.mark.skipif(device_under_test().type == "cpu", reason="needs a GPU")
 
@@ -59,9 +60,9 @@ def _check_experts(got, want, counts, tolerance) -> None:
             assert err < tolerance, f"expert {e} ({n} tokens): {err:.2e} from float64"
 
 
-# (counts, N, K): empty and partial experts, one expert holding everything, many experts, and sizes for each tile
-# (one 128 x 128 tile a product, 192 x 128, the 256 x 128 pairs with an odd N block count). N and K are the
-# quantized rows' widths: multiples of 128.
+# (counts, N, K): empty and partial experts, one expert holding everything, many experts, one tile a product and
+# many; the sizes that reach each compiled tile are KGROUPED_WGRAD_KERNEL_SHAPES (below). N and K are the quantized
+# rows' widths: multiples of 128.
 CASES = [
     ([1, 127, 128, 129, 300], 128, 256),
     ([129, 0, 0, 127, 1, 0, 300], 128, 128),
@@ -107,6 +108,30 @@ def test_bf16_out_of_rows_that_end_inside_a_tile(backend, m, experts, launches):
     assert launches[0] == 2
     assert torch.equal(bf16, fp32.bfloat16())
     _check_experts(bf16, want, counts, BF16_TOLERANCE)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "case", KGROUPED_WGRAD_KERNEL_SHAPES, ids=lambda c: f"{'-'.join(map(str, c[0]))}-{c[1]}x{c[2]}-{c[3]}"
+)
+def test_every_kgrouped_kernel_in_each_out_mode(backend, case, launches):
+    """The sizes on which sm90a's plan takes each k-grouped tile (tests/sm90a_kernel_shapes.py; other backends run
+    them as they plan them): fp32, bf16 (the fp32 sum rounded) or accumulated out, against float64."""
+    counts, n, k, out_mode = case
+    offs, a, b = _operands(list(counts), n, k, seed=sum(counts) + n + k)
+    want = kgrouped_float64(a.q_t, b.q_t, a.scale_t, b.scale_t, counts)
+    if out_mode == "accumulate":
+        start = torch.randn(want.shape, generator=torch.Generator().manual_seed(DEFAULT_SEED + n)).cuda()
+        out = start.clone()
+        kgrouped_wgrad(a.q_t, b.q_t, a.scale_t, b.scale_t, offs, out=out, accumulate=True, backend=backend)
+        got = out - start
+        empty = [e for e, c in enumerate(counts) if c == 0]
+        assert torch.equal(out[empty], start[empty]), "an expert with no token changed its main gradient"
+    else:
+        got = _poisoned(want.shape, torch.bfloat16 if out_mode == "bf16" else torch.float32)
+        kgrouped_wgrad(a.q_t, b.q_t, a.scale_t, b.scale_t, offs, out=got, backend=backend)
+    assert launches[0] == 1
+    _check_experts(got, want, counts, BF16_TOLERANCE if out_mode == "bf16" else FP32_TOLERANCE)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from isa import sm90a_host_driver
-from sm90a_kernel_shapes import WGRAD_KERNEL_SHAPES
+from sm90a_kernel_shapes import KGROUPED_WGRAD_KERNEL_SHAPES, WGRAD_KERNEL_SHAPES, kgrouped_plan_args
 
 DRIVER = r"""
 #include <cstdio>
@@ -68,6 +68,12 @@ def test_every_wgrad_plan_is_runnable(plan, m, n, k, sms):
 def test_the_gpu_tests_reach_every_wgrad_kernel(plan):
     got = plan([(*shape, 132) for shape in WGRAD_KERNEL_SHAPES])
     assert [(p["rows"], p["cols"], p["cluster"]) for p in got] == list(WGRAD_KERNEL_SHAPES.values())
+    assert {p["index"] for p in got} == {0, 1, 2, 3}
+
+
+def test_the_gpu_tests_reach_every_kgrouped_wgrad_kernel(plan):
+    got = plan([kgrouped_plan_args(*case) for case in KGROUPED_WGRAD_KERNEL_SHAPES])
+    assert [(p["rows"], p["cols"], p["cluster"]) for p in got] == list(KGROUPED_WGRAD_KERNEL_SHAPES.values())
     assert {p["index"] for p in got} == {0, 1, 2, 3}
 
 
