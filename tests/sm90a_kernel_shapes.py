@@ -46,28 +46,29 @@ KERNEL_SHAPES = {
 }
 
 # The weight-gradient kernels (tile_config.hpp kWgradTiles, heuristics.hpp wgrad_plan_for) on 132 SMs: (m, n, k):
-# (rows, cols, cluster). M and N tails (a short last M block whose rows overlap the one before, N off the 128 grid, an
-# odd N block count for the 256-row pairs' padding tile), K blocks below the unrolled loop's 24 and above it with a
-# remainder, a tile taller than M.
+# (rows, cols, cluster). M and N tails (a short last M block whose rows overlap the one before, N off the 128 grid and
+# off a store box), K blocks below the unrolled loop's 24 and above it with a remainder, a tile taller than M.
 WGRAD_KERNEL_SHAPES = {
     (96, 48, 640): (128, 128, 1),
     (200, 272, 1152): (128, 128, 1),
     (200, 272, 3456): (128, 128, 1),
     (1000, 2160, 1152): (128, 160, 1),
     (1000, 2160, 3456): (128, 160, 1),
-    (1100, 2400, 1152): (192, 128, 1),
-    (1100, 2400, 3456): (192, 128, 1),
-    (1500, 2160, 1152): (256, 128, 2),
-    (1500, 2160, 3456): (256, 128, 2),
+    (1100, 2400, 1152): (128, 192, 1),
+    (1100, 2400, 3456): (128, 192, 1),
+    (2308, 1168, 1152): (192, 128, 1),
+    (2308, 1168, 3456): (192, 128, 1),
 }
 
 # The k-grouped weight-gradient kernels (wgrad_launch.cuh kgrouped_wgrad_launch) on 132 SMs: (tokens of each expert,
 # N, K, out) -> (rows, cols, cluster), out "fp32", "bf16" (TMA stores where the plan takes the 128 x 128 tile) or
-# "accumulate" (fp32 added into). Each has an empty expert and experts ending inside a 128-token block.
+# "accumulate" (fp32 added into: TMA's reduce-add on the two-warpgroup tiles). Each has an empty expert and experts
+# ending inside a 128-token block; N and K are the quantized rows' widths, multiples of 128.
 KGROUPED_WGRAD_KERNEL_SHAPES = {
     ((1100, 0, 1300), 256, 256, "bf16"): (128, 128, 1),
     ((1100, 0, 1300), 1536, 640, "fp32"): (192, 128, 1),
-    ((1100, 0, 1300), 640, 1600, "fp32"): (256, 128, 2),
+    ((1100, 0, 1300), 384, 2304, "fp32"): (128, 192, 1),
+    ((2000, 0, 1500, 900), 640, 1024, "accumulate"): (128, 192, 1),
     ((1100, 0, 1300), 384, 2176, "accumulate"): (128, 160, 1),
     ((2000, 0, 1500, 900), 256, 2176, "bf16"): (128, 160, 1),
 }

@@ -128,6 +128,63 @@ __device__ __forceinline__ void epilogue_tma(const CUtensorMap* map_out, uint8_t
   if (issuer) store_warpgroup_tile<C, kBlockN, kSub>(map_out, buf, p, tile.row0, n_first, warpgroup, group);
 }
 
+// Weight-gradient fp32 out through shared memory: each warpgroup stages its 64 rows in boxes of 64 rows x 32 columns
+// (128-byte rows, 128-byte swizzle: a row pair's 32 bytes per group, two wavefronts a warp), as many as its share of the
+// epilogue buffer holds, and one thread stores them, or adds them into out at the memory with p.accumulate (TMA's
+// reduce-add; the caller keeps a last M block that starts early, whose rows of the block before must not be added
+// twice, on the direct stores). Rows past M and columns past N are clipped by the tensor map.
+template <class C>
+__device__ __forceinline__ void epilogue_f32_tma(const CUtensorMap* map_out, uint8_t* epilogue, const Params& p,
+                                                 const Tile& tile, const float (&total)[C::kSub][C::kAcc]) {
+  constexpr int kBoxes = C::kBlockN / 32, kBoxBytes = 64 * 32 * 4;
+  constexpr int kPerRound = 64 * C::kBlockN * 2 / kBoxBytes;  // the warpgroup's share of the (bf16-sized) buffer
+  static_assert(C::kSub == 1 && kPerRound >= 1, "one 64-row slice per warpgroup");
+  // Formed here, not kept from before the main loop: the 192-row tile has no register to spare across it.
+  const int thread = fresh_thread_index(), warpgroup = thread / 128, lane = thread % 32;
+  const uint32_t buf = smem_u32(epilogue + warpgroup * 64 * C::kBlockN * 2);
+  const bool issuer = thread % 128 == 0;
+  const int r = (thread / 32) % 4 * 16 + lane / 4, c = lane % 4;  // rows r, r + 8 of the slice; columns 8g + 2c, + 1
+  const int row = tile.row0 + warpgroup * 64, n_first = tile.n_block * C::kBlockN;
+#pragma unroll
+  for (int b0 = 0; b0 < kBoxes; b0 += kPerRound) {
+    if (issuer) tma_store_wait_read();  // the buffer's previous boxes read out
+    named_bar_sync<128>(1 + warpgroup);
+#pragma unroll
+    for (int b = b0; b < b0 + kPerRound && b < kBoxes; ++b) {
+#pragma unroll
+      for (int gi = 0; gi < 4; ++gi) {
+        const int g = 4 * b + gi;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          // 16-byte chunk 2 gi + c / 2 of row r + 8 half, swizzled by the row's index mod 8 (r % 8 = lane / 4)
+          const uint32_t at = buf + (b - b0) * kBoxBytes + (r + 8 * half) * 128 + (((2 * gi + c / 2) ^ (lane / 4)) << 4) +
+                              (c % 2) * 8;
+          sts_f32(at, total[0][4 * g + 2 * half]);
+          sts_f32(at + 4, total[0][4 * g + 2 * half + 1]);
+        }
+      }
+    }
+    fence_async_shared();  // visible to the TMA engine
+    named_bar_sync<128>(1 + warpgroup);
+    if (issuer && row < p.m) {
+#pragma unroll
+      for (int b = b0; b < b0 + kPerRound && b < kBoxes; ++b) {
+        const int col = n_first + 32 * b;
+        if (col >= p.n) continue;
+        const uint8_t* src = epilogue + warpgroup * 64 * C::kBlockN * 2 + (b - b0) * kBoxBytes;
+        if constexpr (C::kKGrouped) {  // expert `split`'s out: a 3-D map over [experts, m, n]
+          if (p.accumulate) tma_reduce_add_3d(map_out, src, col, row, tile.split);
+          else tma_store_3d(map_out, src, col, row, tile.split);
+        } else {
+          if (p.accumulate) tma_reduce_add_2d(map_out, src, col, row);
+          else tma_store_2d(map_out, src, col, row);
+        }
+      }
+      tma_store_commit();
+    }
+  }
+}
+
 // fp32 output, split-K partials, narrow bf16 tiles, weight-gradient tiles (fp32, added into out with p.accumulate, or
 // bf16):
 // direct stores. N % 16 == 0, so an 8-column group is

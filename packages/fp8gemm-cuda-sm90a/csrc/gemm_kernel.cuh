@@ -16,8 +16,8 @@
 // rows (or the runs of m_indices) through a ring in shared memory (run_ring.cuh), which the roles walk.
 // Weight-gradient kernels (kType = GemmType::kWgrad, wgrad_launch.cuh) take B scales per column (map_b_scale, one
 // row of them per stage; the others get any valid map there and never read it), promote each column with its own
-// (consumer.cuh promote_columns) and store fp32 directly, added into out where p.accumulate says so; k-grouped ones
-// (GemmType::kKGroupedWgrad) take split e as expert e, and store bf16 out through TMA (a 3-D map, expert e's rows).
+// (consumer.cuh promote_columns) and store fp32 out through TMA (reduce-adds where p.accumulate says so; the 192-row
+// tile stores directly); k-grouped ones (GemmType::kKGroupedWgrad) take split e as expert e, out through a 3-D map.
 // The parts and their choices: docs/kernels/sm90a-structure.md.
 #pragma once
 
@@ -137,13 +137,19 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
         continue;
       }
     }
+    if constexpr (C::kF32TmaStore) {  // a last M block started early adds its rows of the block before directly
+      if (p.out_fp32 && p.store_tma && !(p.accumulate && tile.row0 != tile.m_block * C::kBlockM)) {
+        epilogue_f32_tma<C>(&map_out, smem.epilogue, p, tile, total);
+        continue;
+      }
+    }
     if (C::kWgrad && p.accumulate && p.out_fp32)
       epilogue_direct<C, C::kWgrad>(p, tile, row_in_tile, lane, total);
     else
       epilogue_direct<C>(p, tile, row_in_tile, lane, total);
   }
   // Shared memory must outlive the last TMA store's reads.
-  if (C::kTmaStore && !C::kStoreWarp && threadIdx.x % 128 == 0) tma_store_wait_read();
+  if ((C::kTmaStore || C::kF32TmaStore) && !C::kStoreWarp && threadIdx.x % 128 == 0) tma_store_wait_read();
   if constexpr (kCluster > 1) cluster_sync();
 }
 

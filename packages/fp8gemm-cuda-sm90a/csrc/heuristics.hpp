@@ -155,11 +155,10 @@ inline Plan plan_for(int64_t m, int64_t n, int64_t k, int sm_count) {
 //
 // Its shapes are hidden sizes by hidden sizes (M, N 1536..36864) over the tokens of a step (K 2048..16384): hundreds
 // to thousands of 128 x 128 tiles, so the tile is chosen by the same wave model as the dense GEMM's, at the rates the
-// weight-gradient kernels reached on an H200 (bf16 out, Llama-3-8B shapes at 4096 tokens; the per-column B scales cost
-// each promotion an FMUL per accumulator and a few shared loads): 192 x 128 fastest on three of the four shapes
-// (786-961 TFLOP/s), the 256 x 128 pairs on 4096 x 4096, where they fill the waves better. 128 x 160 fills waves
-// the others leave a quarter full (576 x 7168: 225 tiles against 168 of 192 x 128); its rate is the 128 x 128 tile's
-// until measured (the dense table has the two within 2%).
+// weight-gradient kernels reached on an H200 (fp32 out, DeepGEMM's and Llama-3-8B's weight-gradient shapes at 4096
+// tokens, each tile forced): the two-warpgroup tiles with TMA stores 128 x 160 at 922-1011 TFLOP/s where its waves
+// fill, 128 x 192 up to 981, 128 x 128 up to 937; 192 x 128 with direct stores up to 935, taken where its rows fill
+// the waves. The 256 x 128 pairs (up to 862) lost on every shape and are not compiled.
 // No split-K: an accumulating GEMM would need its partial sums reduced into out, and on these shapes the tiles fill
 // the SMs without it; a small M x N (a LoRA adapter) takes one wave of long tiles.
 struct WgradPlan {
@@ -169,10 +168,11 @@ struct WgradPlan {
   int group_m;  // rasterisation, as Plan's
 };
 
-constexpr TileRate kWgradRates[] = {{128, 128, 1, 800}, {192, 128, 1, 870}, {256, 128, 2, 830}, {128, 160, 1, 800}};
+constexpr TileRate kWgradRates[] = {{128, 128, 1, 930}, {192, 128, 1, 930}, {128, 160, 1, 1000}, {128, 192, 1, 980}};
 
 // K-grouped bf16 out with at most this many tokens per expert: a tile contracts a few K blocks and its store sets the
-// pace, so the plan takes the 128 x 128 tile, the one that stores through TMA (kernel_traits.cuh kTmaStore).
+// pace, so the plan takes the 128 x 128 tile, the k-grouped one that stores bf16 through TMA (kernel_traits.cuh
+// kTmaStore).
 constexpr int64_t kTmaStoreMaxTokens = 1024;
 
 // `experts` > 1: a k-grouped launch, that many (m, n) products of about k tokens each in one grid; `tma_store`: its
@@ -185,7 +185,7 @@ inline WgradPlan wgrad_plan_for(int64_t m, int64_t n, int64_t k, int sm_count, i
   for (const TileRate& t : kWgradRates) {
     const int64_t n_blocks = ceil_div(n, t.cols);
     if ((m <= 128 && t.rows > 128) || (t.cluster > 1 && (n_blocks < t.cluster || sm_count < t.cluster))) continue;
-    if (store_bound && (t.rows != 128 || t.cols != 128)) continue;  // the one tile with TMA stores
+    if (store_bound && (t.rows != 128 || t.cols != 128)) continue;  // the k-grouped tile with bf16 TMA stores
     const int64_t tiles = tiles_of(m, n, t.rows, t.cols, t.cluster) * experts;
     const double us = double(ceil_div(tiles, sm_count)) * 2.0 * t.rows * t.cols * k / (t.tflops * 1e6 / sm_count);
     if (best == 0 || us < best) best = us, p.tile = TileConfig{t.rows, t.cols, t.cluster, MainLoop::kOneSet};

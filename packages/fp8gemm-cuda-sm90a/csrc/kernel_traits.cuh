@@ -91,11 +91,18 @@ struct KernelTraits {
   static constexpr int kRedBytes = kSplitK     ? 128 * (kBlockN / 2) * 4
                                    : kKGrouped ? kKGroupedExperts * 4
                                    : kGemm == GemmType::kGrouped ? kRunRingBytes : 0;
-  // bf16 epilogue through shared memory and TMA stores; of the weight-gradient tiles the k-grouped 128 x 128 one,
-  // whose few K blocks per tile left the L2 busy with the direct epilogue's 4-byte stores (192 rows: it spilled).
+  // bf16 epilogue through shared memory and TMA stores; of the weight-gradient tiles the one-GEMM ones of two
+  // warpgroups and the k-grouped 128 x 128 one, whose few K blocks per tile left the L2 busy with the direct epilogue's
+  // 4-byte stores (192 rows: it spilled).
   static constexpr bool kTmaStore =
-      kBlockN % 32 == 0 && (!kWgrad || (kKGrouped && kBlockM == 128 && kBlockN % 64 == 0));
-  static constexpr int kStages = stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12, kWgrad, kTmaStore);
+      kBlockN % 32 == 0 &&
+      (!kWgrad || (kKGrouped ? kBlockM == 128 && kBlockN % 64 == 0 : kConsumers == 2 && kSub == 1));
+  // Weight-gradient tiles of two warpgroups of one slice: fp32 out through the epilogue buffer and TMA stores, or TMA's
+  // reduce-add with p.accumulate (epilogue.cuh epilogue_f32_tma), in rounds of the boxes the buffer holds. The 192-row
+  // tile (152 registers a thread) spilled in its main loop with it.
+  static constexpr bool kF32TmaStore = kWgrad && kSub == 1 && kConsumers == 2 && kBlockN % 32 == 0;
+  static constexpr int kStages =
+      stages_for(kBlockM, kBlockN, kRedBytes, kSplitK ? 20 : 12, kWgrad, kTmaStore || kF32TmaStore);
   static_assert(!kSplitK || (kConsumers == 1 && kSub == 1 && kCluster == 1 && kBlockN <= kBlockK),
                 "K split over warpgroups: 64-row two-set tiles");
   static_assert(kStages >= 3, "at least three pipeline stages");
@@ -128,7 +135,7 @@ struct KernelTraits {
   // thread elsewhere; the two-set loop: per warp.
   // Weight-gradient tiles with two running totals per warpgroup, or three warpgroups, read their B scales inside the
   // promotion (no registers to hold them across the wgmma) and release the stage after it, one arrive per warp.
-  static constexpr bool kWgradLateRelease = kWgrad && (kSub > 1 || kConsumers > 2);
+  static constexpr bool kWgradLateRelease = kWgrad && (kSub > 1 || kConsumers > 2 || kBlockN > 160);
   static constexpr bool kLane0Release = kSub == 2 || kWgradLateRelease;
   // The one-set loop unrolled 8 times on 256-row tiles; the other one-set tiles run the unrolled copy
   // only on segments of at least kUnrolledMinKb K blocks, a rolled one below.
@@ -153,7 +160,7 @@ struct KernelTraits {
   // [A x stages][B x stages][A scales x stages][epilogue][full bars][empty bars][B-scale segment bars,
   // segments][warpgroup sums]; tiles 1024-byte aligned (SW128). bf16 output leaves through shared memory
   // and TMA stores (the swizzle keeps the stmatrix writes from the accumulator layout conflict-free).
-  static constexpr int kEpiBytes = kTmaStore ? kBlockM * kBlockN * 2 : 0;
+  static constexpr int kEpiBytes = kTmaStore || kF32TmaStore ? kBlockM * kBlockN * 2 : 0;
   static constexpr int kEpiOffset = (kStages * (kABytes + kBBytes + kSBytes + kSBBytes) + 1023) / 1024 * 1024;  // SW128
   static constexpr int kBarOffset = kEpiOffset + kEpiBytes;
   static constexpr int kSegOffset = kBarOffset + 2 * kStages * 8;

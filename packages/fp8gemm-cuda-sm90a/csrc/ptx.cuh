@@ -99,6 +99,17 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
                "r"(smem_u32(src)), "r"(c0), "r"(c1)
                : "memory");
 }
+// out += the box at the memory (fp32 addition in the L2), as the stores above: accumulated weight gradients.
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, const void* src, int c0, int c1) {
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Until the TMA engine has read every committed store's shared-memory source.
 __device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
@@ -141,6 +152,12 @@ __device__ __forceinline__ uint32_t pinned(uint32_t v) {
   asm volatile("mov.b32 %0, %0;" : "+r"(v));
   return v;
 }
+// threadIdx.x read where it is used: addresses formed from it are not hoisted out of a loop (and kept live across it).
+__device__ __forceinline__ int fresh_thread_index() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
 template <int kThreads>
 __device__ __forceinline__ void named_bar_sync(int id) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kThreads) : "memory");
@@ -155,6 +172,11 @@ __device__ __forceinline__ void named_bar_arrive(int id) {
 }
 
 // ---- shared memory
+// One 4-byte store that ptxas never pairs with its neighbour: an 8-byte store would pin its two values to an even
+// register pair, and with them the running totals to their wgmma accumulators' bank (see epilogue_direct).
+__device__ __forceinline__ void sts_f32(uint32_t smem_addr, float v) {
+  asm volatile("st.volatile.shared.f32 [%0], %1;" ::"r"(smem_addr), "f"(v) : "memory");
+}
 __device__ __forceinline__ float lds_f32(uint32_t smem_addr) {  // a plain C++ read would be a generic LD
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr) : "memory");

@@ -75,12 +75,13 @@ constexpr TileConfig kGroupedTiles[] = {
 constexpr int kGroupedTileCount = sizeof(kGroupedTiles) / sizeof(kGroupedTiles[0]);
 
 // The weight-gradient kernels (wgrad_launch.cuh, GemmType::kWgrad): hidden sizes by hidden sizes over thousands of
-// tokens, so only the wide one-set tiles; the 256-row pair multicasts A along N, as the dense one.
+// tokens, so only the wide one-set tiles: two warpgroups of 128 to 192 columns, whose epilogue stores through TMA,
+// and three of 128 (direct stores) where its 192 rows fill the waves better.
 constexpr TileConfig kWgradTiles[] = {
     {128, 128, 1, MainLoop::kOneSet},
     {192, 128, 1, MainLoop::kOneSet},
-    {256, 128, 2, MainLoop::kOneSet},
     {128, 160, 1, MainLoop::kOneSet},
+    {128, 192, 1, MainLoop::kOneSet},
 };
 constexpr int kWgradTileCount = sizeof(kWgradTiles) / sizeof(kWgradTiles[0]);
 

@@ -2,7 +2,9 @@
 // (heuristics.hpp wgrad_plan_for), the tensor maps and the launch of a GemmType::kWgrad gemm_kernel on the caller's
 // stream. It is the dense kernel with two differences: each stage also holds the B scales of the tile's columns for its
 // K block (TMA from the MN-major [K/128, N] per-row scales, as A's), which each thread applies to its own accumulator
-// columns (consumer.cuh promote_columns); and the epilogue stores fp32 directly, added into out when args.accumulate.
+// columns (consumer.cuh promote_columns); and the epilogue of the two-warpgroup tiles stages fp32 out in shared memory
+// for TMA stores, or TMA reduce-adds with args.accumulate (epilogue.cuh epilogue_f32_tma), and bf16 as the forward's;
+// the 192-row tile stores directly.
 //
 // K is the token count, a multiple of 128 (the core guarantees it; fp8gemm.training.quantize_with_transpose
 // zero-pads x^T and dY^T to a whole 128-token block, and zero codes add nothing to any dot product).
@@ -24,7 +26,16 @@ namespace {
 inline bool tma_store_fits(const fp8gemm::KGroupedWgradArgs& a) {
   return a.out_kind == fp8gemm::kOutBF16 && !a.accumulate && a.out % 16 == 0 && a.ldo % 8 == 0 && a.out_es % 8 == 0;
 }
-inline bool tma_store_fits(const fp8gemm::WgradArgs&) { return false; }
+inline bool tma_store_fits(const fp8gemm::WgradArgs& a) {
+  return a.out_kind == fp8gemm::kOutBF16 && !a.accumulate && a.out % 16 == 0 && a.ldo % 8 == 0;
+}
+// Whether fp32 out (stored or added into) suits a TMA map: 16-byte aligned base and strides.
+template <class Args>
+bool f32_tma_store_fits(const Args& a) {
+  if constexpr (std::is_same_v<Args, fp8gemm::KGroupedWgradArgs>)
+    if (a.experts > 1 && a.out_es % 4) return false;
+  return a.out_kind == fp8gemm::kOutFP32 && a.out % 16 == 0 && a.ldo % 4 == 0;
+}
 
 // Args: fp8gemm::WgradArgs or fp8gemm::KGroupedWgradArgs (the same operand fields).
 template <int kIndex, class Args>
@@ -63,12 +74,29 @@ void launch_wgrad_tile(const Args& a, Params p, const WgradPlan& plan, cudaStrea
     if (!resident) kDevices.fail("no 2-CTA cluster fits on this GPU");
     launch.config.gridDim = dim3(std::min(plan.grid / 2, resident) * 2);  // the plan's grid is even
   }
-  // The output map: k-grouped bf16 out that TMA can address, else the B scales' map again (stored directly, never read).
+  // The output map: out that TMA can address (bf16 as the forward's epilogue stores it; fp32 in boxes of 32 columns),
+  // else the B scales' map again (stored directly, never read).
   CUtensorMap map_out = map_sb;
   if constexpr (C::kTmaStore) {
     if (tma_store_fits(a)) {
-      map_out = make_map_3d(reinterpret_cast<void*>(a.out), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.n, a.m, a.experts,
-                            a.ldo, a.out_es, 64, 64 * C::kSub, CU_TENSOR_MAP_SWIZZLE_128B);
+      const auto bf16_out = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+      if constexpr (kType == GemmType::kKGroupedWgrad)
+        map_out = make_map_3d(reinterpret_cast<void*>(a.out), bf16_out, 2, a.n, a.m, a.experts, a.ldo, a.out_es, 64,
+                              64 * C::kSub, CU_TENSOR_MAP_SWIZZLE_128B);
+      else
+        map_out = make_map(reinterpret_cast<void*>(a.out), bf16_out, 2, a.n, a.m, a.ldo, C::kWideStore ? 64 : 32,
+                           64 * C::kSub, C::kWideStore ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
+      p.store_tma = 1;
+    }
+  }
+  if constexpr (C::kF32TmaStore) {
+    if (f32_tma_store_fits(a)) {
+      const auto f32_out = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+      if constexpr (kType == GemmType::kKGroupedWgrad)
+        map_out = make_map_3d(reinterpret_cast<void*>(a.out), f32_out, 4, a.n, a.m, a.experts, a.ldo, a.out_es, 32, 64,
+                              CU_TENSOR_MAP_SWIZZLE_128B);
+      else
+        map_out = make_map(reinterpret_cast<void*>(a.out), f32_out, 4, a.n, a.m, a.ldo, 32, 64, CU_TENSOR_MAP_SWIZZLE_128B);
       p.store_tma = 1;
     }
   }
