@@ -150,10 +150,33 @@ def test_per_row_form_reaches_only_the_native_wgrad_op(fake_site, fake_gpu, monk
     assert native_calls == ["wgrad"] and fast_plans == [None] and launches == []
     assert relative_error(out, _float64_product(a, b, a_scale, b_scale)) < FP32_TOLERANCE
     fp8gemm.gemm(a, b, a_scale, b_scale, out=out, accumulate=True, backend="hopper")
-    assert native_calls == ["wgrad"] * 2 and launches == []  # no wgrad_launch: the product, then one add
+    # the accumulating native op (declined), then, with no wgrad_launch, the product (native op declined) and one add
+    assert native_calls == ["wgrad"] * 3 and launches == []
 
     fp8gemm.gemm(a, block_b, a_scale, block_scale, out=out, backend="hopper")
-    assert native_calls == ["wgrad", "wgrad", "gemm"] and [call["name"] for call in launches] == ["hopper"]
+    assert native_calls == ["wgrad"] * 3 + ["gemm"] and [call["name"] for call in launches] == ["hopper"]
+
+
+def test_eager_accumulate_takes_the_native_wgrad_op_after_the_checks(fake_site, fake_gpu, monkeypatch):  # noqa: F811
+    """gemm(..., accumulate=True) on per-row scales: the native weight-gradient op adds into out (its accumulate flag
+    set) and the planner never runs; bad input still meets the Python checks first."""
+    fake_gpu(H100)
+    a, b, a_scale, b_scale = _operands(45, 64, 48, 256)
+    calls = []
+
+    class Native:
+        def wgrad_out(self, a_, b_, a_scale_, b_scale_, out, accumulate):
+            calls.append(accumulate)
+            out.add_(1.0)
+
+    monkeypatch.setattr(runtime, "native_ops", lambda t, other, requested: Native())
+    monkeypatch.setattr(ops, "checked_gemm_plan", lambda *args, **kwargs: pytest.fail("the planner ran"))
+    out = torch.zeros(64, 48)
+    assert fp8gemm.gemm(a, b, a_scale, b_scale, out=out, accumulate=True, backend="hopper") is out
+    assert calls == [True] and torch.equal(out, torch.ones(64, 48))
+    with pytest.raises(ValueError, match="out"):
+        fp8gemm.gemm(a, b, a_scale, b_scale, out=torch.zeros(64, 40), accumulate=True, backend="hopper")
+    assert calls == [True]
 
 
 @pytest.mark.parametrize("out_given", [False, True], ids=["returned", "out="])

@@ -75,18 +75,10 @@ def eager_gemm(a, b, a_scale, b_scale, out, out_dtype, backend: str | None) -> t
     the call, else the planned call."""
     # MN-major a_scale (quantize_activation's), a valid out_dtype: what the native op takes (a declined call costs an
     # exception before the planner, and caller scales in row-major are common)
-    native = runtime.native_ops(a, b, backend)
-    if (
-        native is not None
-        and (out_dtype is None or out_dtype is torch.bfloat16 or out_dtype is torch.float32)
-        and type(a_scale) is torch.Tensor
-        and len(a_scale.shape) == 2
-        and (a_scale.stride(0) == 1 or a_scale.shape[0] == 1)
-        and type(b_scale) is torch.Tensor
-    ):
+    native = _native_for(a, b, a_scale, b_scale, backend)
+    if native is not None and (out_dtype is None or out_dtype is torch.bfloat16 or out_dtype is torch.float32):
         try:
-            # a per-row b_scale [N, K/128] (N > 1: with one row the two forms coincide) is the weight-gradient form
-            per_row = b_scale.shape[:1] == b.shape[:1] and b.shape[0] > 1
+            per_row = _per_row(b, b_scale)
             if out is None:
                 return (native.wgrad if per_row else native.gemm)(a, b, a_scale, b_scale, out_dtype is torch.float32)
             if out_dtype is None or out_dtype is out.dtype:
@@ -103,6 +95,26 @@ def eager_gemm(a, b, a_scale, b_scale, out, out_dtype, backend: str | None) -> t
     return run_gemm(plan, a, b, out)
 
 
+def _native_for(a, b, a_scale, b_scale, backend: str | None):
+    """The native ops that may take this call (MN-major 2-D ``a_scale``, as ``quantize_activation`` returns it, plain
+    scale tensors), else None; they still decline (a miss) what they do not read in place."""
+    native = runtime.native_ops(a, b, backend)
+    if (
+        native is not None
+        and type(a_scale) is torch.Tensor
+        and len(a_scale.shape) == 2
+        and (a_scale.stride(0) == 1 or a_scale.shape[0] == 1)
+        and type(b_scale) is torch.Tensor
+    ):
+        return native
+    return None
+
+
+def _per_row(b, b_scale) -> bool:
+    """A per-row ``b_scale`` [N, K/128] (N > 1: with one row the two forms coincide): the weight-gradient form."""
+    return b_scale.shape[:1] == b.shape[:1] and b.shape[0] > 1
+
+
 def _run(plan, a, b, out) -> torch.Tensor:
     """A checked plan's run: the weight-gradient entry's (:class:`WgradPlan`) or the GEMM's."""
     if type(plan) is WgradPlan:
@@ -112,13 +124,21 @@ def _run(plan, a, b, out) -> torch.Tensor:
 
 def _gemm_accumulate(a, b, a_scale, b_scale, out, out_dtype, backend) -> torch.Tensor:
     """``out += a @ b.T`` (block-scaled), float32 ``out``: one launch of the backend's weight-gradient entry, which adds
-    into its output, where it has one (a per-block ``b_scale`` repeated onto its rows); else the product in float32 as
-    for ``out=None``, then one add. Compiled: the product, then the add (the ops have no accumulating form)."""
+    into its output, where it has one (eager per-row scales through its native op after the checks; a per-block
+    ``b_scale`` repeated onto its rows by the planner); else the product in float32 as for ``out=None``, then one add.
+    Compiled: the product, then the add (the ops have no accumulating form)."""
     check_accumulate(out, accumulate=True)
     if not torch.compiler.is_compiling():  # out's shape, device and dtype before any work; compiled: the fake's checks
         check_inputs(a, b, a_scale, b_scale, out, out_dtype, None)
         if torch.is_grad_enabled():
             refuse_grad("gemm", (*GEMM_NAMES, "out"), (a, b, a_scale, b_scale, out))
+        native = _native_for(a, b, a_scale, b_scale, backend) if _per_row(b, b_scale) else None
+        if native is not None:  # checked inputs: the native op adds into out, or declines (a miss) to the planner
+            try:
+                native.wgrad_out(a, b, a_scale, b_scale, out, True)
+                return out
+            except RuntimeError as error:
+                reraise_unless_miss(error)
         plan = checked_gemm_plan(a, b, a_scale, b_scale, out, out_dtype, backend, accumulate=True)
         if type(plan) is WgradPlan:
             return run_wgrad(plan, a, b, out, accumulate=True)
