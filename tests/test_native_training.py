@@ -88,6 +88,38 @@ def test_wgrad_gives_the_planned_paths_bits(backend, m_tokens, n, k):
     assert torch.equal(out, planned)
 
 
+def record_native_calls(monkeypatch) -> list[str]:
+    """The native ops with each call's name recorded, in the returned list."""
+    calls, real = [], runtime.native_ops
+
+    class Recording:
+        def __init__(self, ops):
+            self.ops = ops
+
+        def __getattr__(self, name):
+            op = getattr(self.ops, name)
+            return lambda *args: calls.append(name) or op(*args)
+
+    monkeypatch.setattr(runtime, "native_ops", lambda *args: None if real(*args) is None else Recording(real(*args)))
+    return calls
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_eager_accumulate_takes_the_native_op_with_the_planned_bits(backend, monkeypatch):
+    """fp8gemm.gemm(..., accumulate=True) on the transposing quantizer's operands: one native call that adds into out,
+    the bits of the planned accumulate."""
+    if registry.select(device_under_test(), backend).backend.wgrad_launch is None:
+        pytest.skip("no weight-gradient entry")
+    a, b, a_scale, b_scale = wgrad_operands(1100, 384, 640, 31, backend)
+    start = activations((384, 640), torch.float32, 32)
+    calls = record_native_calls(monkeypatch)
+    out = start.clone()
+    assert fp8gemm.gemm(a, b, a_scale, b_scale, out=out, accumulate=True, backend=backend) is out
+    assert calls == ["wgrad_out"]
+    plan = checked_gemm_plan(a, b, a_scale, b_scale, None, torch.float32, backend)
+    assert torch.equal(out, run_wgrad(plan, a, b, start.clone(), accumulate=True))
+
+
 @pytest.mark.parametrize("backend", NATIVE)
 def test_declined_training_calls_reach_the_planner(backend):
     native = native_of(backend)
@@ -126,17 +158,7 @@ def test_training_linear_native_gives_the_python_paths_bits(backend, shape, n, w
     weight = activations((n, shape[-1]), weight_dtype, seed + 1) / 30
     bias = activations((n,), torch.bfloat16, seed + 2) if with_bias else None
     dy = activations((*shape[:-1], n), torch.bfloat16, seed + 3)
-    calls, real = [], runtime.native_ops
-
-    class Recording:  # the native ops, each call's name recorded
-        def __init__(self, ops):
-            self.ops = ops
-
-        def __getattr__(self, name):
-            op = getattr(self.ops, name)
-            return lambda *args: calls.append(name) or op(*args)
-
-    monkeypatch.setattr(runtime, "native_ops", lambda *args: None if real(*args) is None else Recording(real(*args)))
+    calls = record_native_calls(monkeypatch)
     got = layer_step(x, weight, bias, dy)
     assert calls == ["linear_forward", "linear_backward"]  # one C++ call each way
     monkeypatch.setattr(runtime, "native_ops", lambda *args: None)

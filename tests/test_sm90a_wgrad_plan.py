@@ -61,6 +61,24 @@ def test_every_wgrad_plan_is_runnable(plan, m, n, k, sms):
     check_plan(plan([(m, n, k, sms)])[0], m, n, sms)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 300).map(lambda x: 16 * x), st.integers(1, 300).map(lambda x: 16 * x),
+    st.integers(1, 24).map(lambda x: 128 * x), st.integers(2, 300), st.booleans(), st.sampled_from([132, 114, 1]),
+)  # fmt: skip
+def test_every_kgrouped_wgrad_plan_is_runnable(plan, m, n, k, experts, tma_store, sms):
+    """A k-grouped launch's plan: every expert's tiles in one grid, and bf16 out through TMA stores with few tokens per
+    expert on the 128 x 128 tile (heuristics.hpp kTmaStoreMaxTokens)."""
+    p = plan([(m, n, k, sms, experts, int(tma_store))])[0]
+    assert p["index"] >= 0 and p["loop"] == ONE_SET and p["cluster"] == 1, p
+    assert p["m_blocks"] == math.ceil(m / p["rows"]) and p["n_blocks"] == math.ceil(n / p["cols"])
+    assert p["grid"] == min(p["m_blocks"] * p["n_blocks"] * experts, sms)
+    if m <= 128:
+        assert p["rows"] == 128
+    if tma_store and k <= 1024:
+        assert (p["rows"], p["cols"]) == (128, 128)
+
+
 def test_the_gpu_tests_reach_every_wgrad_kernel(plan):
     got = plan([(*shape, 132) for shape in WGRAD_KERNEL_SHAPES])
     assert [(p["rows"], p["cols"], p["cluster"]) for p in got] == list(WGRAD_KERNEL_SHAPES.values())

@@ -1,6 +1,7 @@
 // The epilogue: a consumer warpgroup's running totals to the output. bf16 tiles leave through shared
 // memory (stmatrix) and TMA stores, issued by one thread of the warpgroup or, for 256-row tiles, by the
-// store warp (producer.cuh); fp32 output, split-K partials and 16-wide tiles are stored directly.
+// store warp (producer.cuh); the two-warpgroup weight-gradient tiles' fp32 out through shared memory and TMA stores
+// or reduce-adds; other fp32 output, split-K partials and 16-wide tiles are stored directly.
 // Accumulator layout: register 4g + j holds column 8g + 2 (lane % 4) + (j & 1), row (lane / 4) + 8 (j / 2).
 #pragma once
 
@@ -185,10 +186,9 @@ __device__ __forceinline__ void epilogue_f32_tma(const CUtensorMap* map_out, uin
   }
 }
 
-// fp32 output, split-K partials, narrow bf16 tiles, weight-gradient tiles (fp32, added into out with p.accumulate, or
-// bf16):
-// direct stores. N % 16 == 0, so an 8-column group is
-// wholly inside N or wholly outside.
+// fp32 output, split-K partials, narrow bf16 tiles, the 192-row weight-gradient tile (fp32, added into out with
+// p.accumulate, or bf16) and out no TMA map addresses: direct stores. N % 16 == 0, so an 8-column group is wholly
+// inside N or wholly outside.
 template <class C, bool kAccumulate = false>  // kAccumulate: weight-gradient fp32 out += the product (p.accumulate)
 __device__ __forceinline__ void epilogue_direct(const Params& p, const Tile& tile, int row_in_tile, int lane,
                                                 const float (&total)[C::kSub][C::kAcc]) {

@@ -171,8 +171,8 @@ struct WgradPlan {
 constexpr TileRate kWgradRates[] = {{128, 128, 1, 930}, {192, 128, 1, 930}, {128, 160, 1, 1000}, {128, 192, 1, 980}};
 
 // K-grouped bf16 out with at most this many tokens per expert: a tile contracts a few K blocks and its store sets the
-// pace, so the plan takes the 128 x 128 tile, the k-grouped one that stores bf16 through TMA (kernel_traits.cuh
-// kTmaStore).
+// pace, so the plan takes the 128 x 128 tile, which stores bf16 through TMA (kernel_traits.cuh kTmaStore) and was
+// measured there.
 constexpr int64_t kTmaStoreMaxTokens = 1024;
 
 // `experts` > 1: a k-grouped launch, that many (m, n) products of about k tokens each in one grid; `tma_store`: its
@@ -185,7 +185,7 @@ inline WgradPlan wgrad_plan_for(int64_t m, int64_t n, int64_t k, int sm_count, i
   for (const TileRate& t : kWgradRates) {
     const int64_t n_blocks = ceil_div(n, t.cols);
     if ((m <= 128 && t.rows > 128) || (t.cluster > 1 && (n_blocks < t.cluster || sm_count < t.cluster))) continue;
-    if (store_bound && (t.rows != 128 || t.cols != 128)) continue;  // the k-grouped tile with bf16 TMA stores
+    if (store_bound && (t.rows != 128 || t.cols != 128)) continue;
     const int64_t tiles = tiles_of(m, n, t.rows, t.cols, t.cluster) * experts;
     const double us = double(ceil_div(tiles, sm_count)) * 2.0 * t.rows * t.cols * k / (t.tflops * 1e6 / sm_count);
     if (best == 0 || us < best) best = us, p.tile = TileConfig{t.rows, t.cols, t.cluster, MainLoop::kOneSet};

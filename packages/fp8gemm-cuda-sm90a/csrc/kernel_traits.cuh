@@ -29,7 +29,7 @@ struct Params {
   int row_ids;  // grouped: group_rows holds each row's id (m of them): tiles walk its runs (run_ring.cuh)
   int64_t sb_gs, out_gs;  // group strides (elements) of the B scales and of out (masked; k-grouped: per expert)
   int accumulate;         // weight-gradient kernels: out += the product (else out = it)
-  int store_tma;          // k-grouped weight-gradient kernels: bf16 out through map_out's TMA stores (else direct)
+  int store_tma;          // weight-gradient kernels: out through map_out's TMA stores (its dtype's epilogue; else direct)
   // K-grouped weight-gradient kernels: split e is expert e of `groups`, its K blocks from group_rows (the cumulative
   // token ends) and its out at e * out_gs (scheduler.cuh expert_k_range).
 };
@@ -79,7 +79,8 @@ struct KernelTraits {
   // Its pipeline gets up to 20 stages, as the loads must keep up with two consumers.
   static constexpr int kSplitWG = kSplitK ? 2 : 1;
   // The weight-gradient GEMM: every stage also holds the B scales of the tile's columns (TMA, as A's), each thread
-  // promoting its accumulator columns with their own; fp32 out through direct stores. One-set loop only.
+  // promoting its accumulator columns with their own; out through TMA (kF32TmaStore, kTmaStore) or direct stores.
+  // One-set loop only.
   static constexpr bool kWgrad = kGemm == GemmType::kWgrad || kGemm == GemmType::kKGroupedWgrad;
   // k-grouped: split e is expert e, its K blocks from the token ends each CTA copies into shared memory first.
   static constexpr bool kKGrouped = kGemm == GemmType::kKGroupedWgrad;

@@ -42,6 +42,7 @@ template <int kIndex, class Args>
 void launch_wgrad_tile(const Args& a, Params p, const WgradPlan& plan, cudaStream_t stream, int dev) {
   constexpr TileConfig kTile = kWgradTiles[kIndex];
   constexpr int kBlockN = kTile.cols, kCluster = kTile.cluster;
+  static_assert(kCluster == 1, "weight-gradient tiles launch without clusters");
   constexpr GemmType kType =
       std::is_same_v<Args, fp8gemm::KGroupedWgradArgs> ? GemmType::kKGroupedWgrad : GemmType::kWgrad;
   using C = KernelTraits<kTile.rows, kTile.cols, kCluster, kTile.loop, kType>;
@@ -68,12 +69,6 @@ void launch_wgrad_tile(const Args& a, Params p, const WgradPlan& plan, cudaStrea
   p.tx_bytes = (short_a ? rows_a * kBlockK : C::kABytes) + C::kBBytes + scales_a * 4 + C::kSBBytes;
   p.order = make_tile_order(m_groups_of<kCluster, C::kAlongN>(p), n_groups_of<kCluster, C::kAlongN>(p), plan.group_m);
   LaunchConfig launch(plan.grid, C::kThreads, C::kSmemBytes, stream);
-  if constexpr (kCluster > 1) {  // persistent: no more clusters than can be resident at once
-    launch.attrs[0].val.clusterDim.x = kCluster;
-    const int resident = resident_pairs<kernel>(launch.config, dev);
-    if (!resident) kDevices.fail("no 2-CTA cluster fits on this GPU");
-    launch.config.gridDim = dim3(std::min(plan.grid / 2, resident) * 2);  // the plan's grid is even
-  }
   // The output map: out that TMA can address (bf16 as the forward's epilogue stores it; fp32 in boxes of 32 columns),
   // else the B scales' map again (stored directly, never read).
   CUtensorMap map_out = map_sb;
