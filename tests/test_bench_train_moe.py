@@ -36,6 +36,9 @@ def test_the_smoke_run_writes_a_report_and_a_plot(smoke_report):
     assert report["paths"] == {"layer": list(LAYER_PATHS), "kgrouped": list(KGROUPED_PATHS)}
     assert set(report["summary"]["targets"]) == set(train_moe_bench.TARGETS)
     assert report["summary"]["ours_vs_bf16"]["cases"] == len(train_moe_bench.ROUTINGS)
+    kgrouped = sum(r["set"] == "kgrouped" for r in report["rows"])
+    for key in ("roofline_bound_of_the_promotion", "kgrouped_over_wgrad_roofline"):
+        assert report["summary"][key]["cases"] == kgrouped > 0, key
 
 
 def test_every_path_is_timed_or_reported_with_its_reason(smoke_report):
@@ -55,6 +58,7 @@ def test_every_path_is_timed_or_reported_with_its_reason(smoke_report):
             assert r["roofline_bf16_us"] <= r["roofline_us"]
             assert r["roofline_us"] > 0 and r["roofline_bound"] in ("compute", "memory")
             assert set(r["dense_tflops"]) == {train_moe_bench.W_FORWARD_FORM, train_moe_bench.W_OURS}
+            assert r["wgrad_roofline_us"] > 0  # the same roofline at the dense weight gradient's rate
 
 
 def test_gradient_errors_against_float64(smoke_report):

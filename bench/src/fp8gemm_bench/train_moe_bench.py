@@ -8,7 +8,9 @@ beside its roofline and the dense weight-gradient GEMM's TFLOP/s on the same tok
 Timing as ``--train``'s (``train_timing.Timer``: eager calls, warm-up, median). TFLOP/s count 3 x 2 T k 3 H I for the
 layer, 2 R N K for a k-grouped product (R = T k routed rows). The roofline of a k-grouped product is the larger of its
 FLOPs at the dense forward-form GEMM's measured TFLOP/s on [R, N, K] and its bytes (operands, scales, fp32 output) at
-the measured copy bandwidth; the bf16-out path's roofline counts a bf16 output. Layer gradients are measured apart, at
+the measured copy bandwidth; the bf16-out path's roofline counts a bf16 output. The same roofline at the dense
+weight-gradient GEMM's rate (its per-column scale promotion) is the measured bound of today's kernel against it
+(``roofline_bound_of_the_promotion``). Layer gradients are measured apart, at
 ``ERROR_T`` tokens on ``ERROR_EXPERTS`` experts: each path's out, dx, dw13, dw2 and d topk_weights against float64
 autograd of the same bf16 inputs.
 """
@@ -201,6 +203,9 @@ def time_kgrouped_case(model, case: Case, device, seed: int, timer, missing: dic
     row["roofline_us"] = max(compute_us, floor_us(kgrouped_bytes(ops), bandwidth))
     row["roofline_bound"] = "compute" if compute_us >= row["roofline_us"] else "memory"
     row["roofline_bf16_us"] = max(compute_us, floor_us(kgrouped_bytes(ops, out_bytes=2), bandwidth))
+    # the same roofline at the dense weight gradient's own rate: what the per-column promotion allows this kernel
+    wgrad_us = flops / (row["dense_tflops"][W_OURS] * 1e12) * 1e6
+    row["wgrad_roofline_us"] = max(wgrad_us, floor_us(kgrouped_bytes(ops), bandwidth))
     return row
 
 
@@ -271,6 +276,13 @@ def summarize(rows: list[dict]) -> dict:
         "kgrouped_tflops_over_dense_wgrad": _stat(
             [(r["tflops"][K_OURS] / r["dense_tflops"][W_OURS], r["label"]) for r in kgrouped]
         ),
+        # the measured bound of kgrouped_over_roofline: the roofline at the dense weight gradient's rate over it
+        "roofline_bound_of_the_promotion": _stat(
+            [(r["wgrad_roofline_us"] / r["roofline_us"], r["label"]) for r in kgrouped if "wgrad_roofline_us" in r]
+        ),
+        "kgrouped_over_wgrad_roofline": _stat(
+            [(r["us"][K_OURS] / r["wgrad_roofline_us"], r["label"]) for r in kgrouped if "wgrad_roofline_us" in r]
+        ),
     }
     measured = {
         "vs_bf16_geomean": out["ours_vs_bf16"]["geomean"],
@@ -313,11 +325,11 @@ def run(device, *, smoke: bool = False, progress=print, earlier: dict | None = N
                missing=missing, notes=notes, smoke=smoke, copy_bandwidth_bytes_per_s=bandwidth,
                roofline="max(2 R N K at the dense forward-form GEMM's TFLOP/s on [R, N, K], bytes of both FP8 operands, "
                "their scales and the fp32 output at the copy bandwidth); roofline_bf16: the same with the bf16 "
-               "output")  # fmt: skip
+               "output; wgrad_roofline: the same with the dense per-row weight-gradient GEMM's TFLOP/s")  # fmt: skip
     labels = [c.label for c in cases]
-    # a k-grouped row from before the bf16-out path is timed again, so every row has every path
+    # a k-grouped row from before the bf16-out path or the weight-gradient roofline is timed again: every row has both
     rows = earlier_rows(
-        earlier, env, lambda r: r["label"] in labels and (r["set"] != "kgrouped" or "roofline_bf16_us" in r)
+        earlier, env, lambda r: r["label"] in labels and (r["set"] != "kgrouped" or "wgrad_roofline_us" in r)
     )
     env["processes"] = (earlier or {}).get("environment", {}).get("processes", 0) + 1
     report = {"environment": env, "paths": {"layer": list(LAYER_PATHS), "kgrouped": list(KGROUPED_PATHS)},
