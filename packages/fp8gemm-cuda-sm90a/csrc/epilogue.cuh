@@ -140,9 +140,10 @@ __device__ __forceinline__ void epilogue_f32_tma(const CUtensorMap* map_out, uin
   constexpr int kBoxes = C::kBlockN / 32, kBoxBytes = 64 * 32 * 4;
   constexpr int kPerRound = 64 * C::kBlockN * 2 / kBoxBytes;  // the warpgroup's share of the (bf16-sized) buffer
   static_assert(C::kSub == 1 && kPerRound >= 1, "one 64-row slice per warpgroup");
-  // Formed here, not kept from before the main loop: the 192-row tile has no register to spare across it.
+  // Formed here, not hoisted before the main loop and held across it.
   const int thread = fresh_thread_index(), warpgroup = thread / 128, lane = thread % 32;
-  const uint32_t buf = smem_u32(epilogue + warpgroup * 64 * C::kBlockN * 2);
+  const uint8_t* const base = epilogue + warpgroup * 64 * C::kBlockN * 2;
+  const uint32_t buf = smem_u32(base);
   const bool issuer = thread % 128 == 0;
   const int r = (thread / 32) % 4 * 16 + lane / 4, c = lane % 4;  // rows r, r + 8 of the slice; columns 8g + 2c, + 1
   const int row = tile.row0 + warpgroup * 64, n_first = tile.n_block * C::kBlockN;
@@ -172,7 +173,7 @@ __device__ __forceinline__ void epilogue_f32_tma(const CUtensorMap* map_out, uin
       for (int b = b0; b < b0 + kPerRound && b < kBoxes; ++b) {
         const int col = n_first + 32 * b;
         if (col >= p.n) continue;
-        const uint8_t* src = epilogue + warpgroup * 64 * C::kBlockN * 2 + (b - b0) * kBoxBytes;
+        const uint8_t* src = base + (b - b0) * kBoxBytes;
         if constexpr (C::kKGrouped) {  // expert `split`'s out: a 3-D map over [experts, m, n]
           if (p.accumulate) tma_reduce_add_3d(map_out, src, col, row, tile.split);
           else tma_store_3d(map_out, src, col, row, tile.split);

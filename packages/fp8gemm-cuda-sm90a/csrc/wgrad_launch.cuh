@@ -37,6 +37,17 @@ bool f32_tma_store_fits(const Args& a) {
   return a.out_kind == fp8gemm::kOutFP32 && a.out % 16 == 0 && a.ldo % 4 == 0;
 }
 
+// The output's tensor map: [m, n] rows ldo apart, or k-grouped [experts, m, n] (expert e at e * out_es).
+template <class Args>
+CUtensorMap out_map(const Args& a, CUtensorMapDataType type, int elem_bytes, uint32_t box_cols, uint32_t box_rows,
+                    CUtensorMapSwizzle swizzle) {
+  void* out = reinterpret_cast<void*>(a.out);
+  if constexpr (std::is_same_v<Args, fp8gemm::KGroupedWgradArgs>)
+    return make_map_3d(out, type, elem_bytes, a.n, a.m, a.experts, a.ldo, a.out_es, box_cols, box_rows, swizzle);
+  else
+    return make_map(out, type, elem_bytes, a.n, a.m, a.ldo, box_cols, box_rows, swizzle);
+}
+
 // Args: fp8gemm::WgradArgs or fp8gemm::KGroupedWgradArgs (the same operand fields).
 template <int kIndex, class Args>
 void launch_wgrad_tile(const Args& a, Params p, const WgradPlan& plan, cudaStream_t stream, int dev) {
@@ -74,24 +85,15 @@ void launch_wgrad_tile(const Args& a, Params p, const WgradPlan& plan, cudaStrea
   CUtensorMap map_out = map_sb;
   if constexpr (C::kTmaStore) {
     if (tma_store_fits(a)) {
-      const auto bf16_out = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-      if constexpr (kType == GemmType::kKGroupedWgrad)
-        map_out = make_map_3d(reinterpret_cast<void*>(a.out), bf16_out, 2, a.n, a.m, a.experts, a.ldo, a.out_es, 64,
-                              64 * C::kSub, CU_TENSOR_MAP_SWIZZLE_128B);
-      else
-        map_out = make_map(reinterpret_cast<void*>(a.out), bf16_out, 2, a.n, a.m, a.ldo, C::kWideStore ? 64 : 32,
-                           64 * C::kSub, C::kWideStore ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
+      static_assert(C::kWideStore || kType == GemmType::kWgrad, "k-grouped bf16 stores: 64-column boxes");
+      map_out = out_map(a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, C::kWideStore ? 64 : 32, 64 * C::kSub,
+                        C::kWideStore ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
       p.store_tma = 1;
     }
   }
   if constexpr (C::kF32TmaStore) {
     if (f32_tma_store_fits(a)) {
-      const auto f32_out = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-      if constexpr (kType == GemmType::kKGroupedWgrad)
-        map_out = make_map_3d(reinterpret_cast<void*>(a.out), f32_out, 4, a.n, a.m, a.experts, a.ldo, a.out_es, 32, 64,
-                              CU_TENSOR_MAP_SWIZZLE_128B);
-      else
-        map_out = make_map(reinterpret_cast<void*>(a.out), f32_out, 4, a.n, a.m, a.ldo, 32, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+      map_out = out_map(a, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, 32, 64, CU_TENSOR_MAP_SWIZZLE_128B);
       p.store_tma = 1;
     }
   }
