@@ -147,7 +147,7 @@ def _free(device) -> None:
 def time_layer_case(case: Case, device, seed: int, timer, missing: dict, order: int = 0) -> dict:
     """One layer row: each path's time per forward + backward, TFLOP/s (6 M N K), or why it did not run."""
     x, w, dy = _inputs(seed, device, "train layer", case.m, case.n, case.k)
-    row = {**asdict(case), "label": case.label, "us": {}, "tflops": {}, "errors": {}}
+    row = {**asdict(case), "label": case.label, "us": {}, "tflops": {}, "errors": {}, "host_us": {}, "gpu_us": {}}
     names = LAYER_PATHS if order % 2 == 0 else LAYER_PATHS[::-1]  # alternate, so no path always follows another
     for name in names:
         if name in missing:
@@ -165,6 +165,9 @@ def time_layer_case(case: Case, device, seed: int, timer, missing: dict, order: 
             seconds = timer(step)
             row["us"][name] = seconds * 1e6
             row["tflops"][name] = 6.0 * case.m * case.n * case.k / seconds / 1e12
+            split = timer.split(step) if hasattr(timer, "split") else None
+            if split:
+                row["host_us"][name], row["gpu_us"][name] = split[0] * 1e6, split[1] * 1e6
         except Exception as exc:  # a path that cannot run this case is reported, not fatal
             row["errors"][name] = error_text(exc)
         finally:
@@ -172,6 +175,8 @@ def time_layer_case(case: Case, device, seed: int, timer, missing: dict, order: 
             _free(device)
     row["us"] = {n: row["us"][n] for n in LAYER_PATHS if n in row["us"]}  # the fixed order, whatever ran first
     row["tflops"] = {n: row["tflops"][n] for n in LAYER_PATHS if n in row["tflops"]}
+    for key in ("host_us", "gpu_us"):
+        row[key] = {n: row[key][n] for n in LAYER_PATHS if n in row[key]}
     _ratios(row)
     return row
 
@@ -182,6 +187,9 @@ def _ratios(row: dict) -> None:
     row["vs_bf16"] = {n: us[BF16] / t for n, t in us.items() if BF16 in us}
     ao = [us[n] for n in TORCHAO if n in us]
     row["vs_torchao_fastest"] = {n: min(ao) / t for n, t in us.items()} if ao else {}
+    # bf16's time over the path's host time alone: the most it could reach with free kernels, at its host's pace
+    host = row.get("host_us", {})
+    row["vs_bf16_at_host_pace"] = {n: us[BF16] / t for n, t in host.items() if BF16 in us}
 
 
 def dequantized64(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -281,6 +289,13 @@ def summarize(rows: list[dict]) -> dict:
             ),
             "vs_bf16_m_ge_2048": _stat(
                 [(r["vs_bf16"][name], r["label"]) for r in layer if name in r["vs_bf16"] and r["m"] >= 2048]
+            ),
+            "vs_bf16_at_host_pace_m_ge_2048": _stat(
+                [
+                    (r["vs_bf16_at_host_pace"][name], r["label"])
+                    for r in layer
+                    if name in r.get("vs_bf16_at_host_pace", {}) and r["m"] >= 2048
+                ]  # fmt: skip
             ),
         }
         if name not in TORCHAO:
@@ -382,7 +397,9 @@ def _row_text(row: dict) -> str:
     unit = "TFLOP/s fwd+bwd" if row["set"] == "layer" else "TFLOP/s"
     cells = [f"{name} {t:.0f}" if t >= 10 else f"{name} {t:.3g}" for name, t in row["tflops"].items()]
     wrong = [f"{name}: {why}" for name, why in row["errors"].items() if not why.startswith(("missing", "not run"))]
-    return f"{row['label']} ({unit}): " + ", ".join(cells) + ("  errors: " + "; ".join(wrong) if wrong else "")
+    split = [f"{name} {h:.0f}/{row['gpu_us'][name]:.0f}" for name, h in row.get("host_us", {}).items()]
+    return (f"{row['label']} ({unit}): " + ", ".join(cells) + ("  host/GPU us: " + ", ".join(split) if split else "")
+            + ("  errors: " + "; ".join(wrong) if wrong else ""))  # fmt: skip
 
 
 def _plot_layer(ax, layer: list[dict]) -> None:

@@ -11,6 +11,8 @@ import torch
 ITERS = 10
 WARMUP_CALLS = 3
 WARMUP_SECONDS = 0.2
+SPLIT_CALLS = 20
+SPLIT_SLEEP_CYCLES = 400_000_000  # ~0.2 s at an H100/H200's clock: longer than 20 calls take to queue
 
 
 class Timer:
@@ -49,6 +51,25 @@ class Timer:
                 fn()
                 self.last.append(time.perf_counter() - t0)
         return statistics.median(self.last)
+
+    def split(self, fn, calls: int = SPLIT_CALLS) -> tuple[float, float] | None:
+        """(host, GPU) seconds per call of ``fn`` on a GPU, each apart: ``calls`` calls queued behind a sleep kernel, the
+        wall clock of queueing them (the host's pace: no call waits for the GPU) and the CUDA events around them (the
+        GPU's, its work back to back). None off a GPU, or when the sleep ended before the last call was queued."""
+        if self.device.type != "cuda":
+            return None
+        self._sync()
+        torch.cuda._sleep(SPLIT_SLEEP_CYCLES)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host = (time.perf_counter() - start) / calls
+        held = not begin.query()  # the GPU was still asleep: every call was queued before any ran
+        end.record()
+        self._sync()
+        return (host, begin.elapsed_time(end) * 1e-3 / calls) if held else None
 
 
 def gradient_errors_once(report: dict, earlier: dict | None, compute, line, progress, checkpoint) -> None:

@@ -113,20 +113,20 @@ class _Fp8LinearFunction(torch.autograd.Function):
         ctx.x_shape, ctx.x_dtype, ctx.weight_dtype = x.shape, x.dtype, weight.dtype
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.pow2_scales, ctx.backend = pow2_scales, backend
-        return y.view(*x.shape[:-1], n)
+        return y if x.dim() == 2 else y.view(*x.shape[:-1], n)  # a view costs host time the 2-D call need not pay
 
     @staticmethod
     def backward(ctx, dy):
         saved = ctx.saved_tensors
         x_q_t, x_scale_t, w_q_t, w_scale_t = saved
         k, n = w_q_t.shape
-        dy2d = dy.reshape(-1, n)
+        dy2d = dy if dy.dim() == 2 else dy.reshape(-1, n)
         dx = dw = dbias = None
         need_x, need_w, need_bias = ctx.needs_input_grad[:3]
         native = _native_backward(ctx, dy2d, saved) if need_x and need_w else None
         if native is not None:
             dx, dw = native
-            dx = dx.view(ctx.x_shape)
+            dx = dx if dy.dim() == 2 else dx.view(ctx.x_shape)
             need_x = need_w = False
         if need_x or need_w:  # the Python path
             dq = quantize_with_transpose(dy2d, fp8_dtype=x_q_t.dtype, pow2_scales=ctx.pow2_scales, backend=ctx.backend)
@@ -162,7 +162,9 @@ def linear(
     docstring). Where nothing needs a gradient it is that inference call, with no transposes made or saved.
     """
     check_training_linear(x, weight, bias)
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    needs_grad = torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    )
     if not needs_grad:
         w_q, w_scale = quantize_weight(weight, pow2_scales=pow2_scales)
         return fp8_linear(x, w_q, w_scale, bias, pow2_scales=pow2_scales, backend=backend)
