@@ -127,6 +127,15 @@ def test_the_timer_warms_up_and_takes_the_median():
     assert timer(lambda: calls.append(1)) >= 0 and len(calls) == 8 and len(timer.last) == 5
 
 
+def test_host_and_gpu_times_apart_only_on_a_gpu_and_the_host_pace_bound(smoke_report):
+    assert train_bench.Timer("cpu").split(lambda: None) is None  # no sleep kernel to queue behind
+    layers = [r for r in smoke_report[1]["rows"] if r["set"] == "layer"]
+    assert all(r["host_us"] == {} and r["gpu_us"] == {} and r["vs_bf16_at_host_pace"] == {} for r in layers)
+    row = {"us": {BF16: 300.0, OURS: 350.0}, "host_us": {BF16: 120.0, OURS: 250.0}}
+    train_bench._ratios(row)
+    assert row["vs_bf16_at_host_pace"] == {BF16: 2.5, OURS: 1.2}  # bf16's time over each path's host time
+
+
 def test_wgrad_alone_times_only_weight_gradient_rows_on_any_shape(tmp_path):
     """--train --wgrad --shapes: DeepGEMM's kind of shapes (N not a multiple of 128), no layer or accuracy rows."""
     js, png = tmp_path / "wgrad.json", tmp_path / "wgrad.png"
