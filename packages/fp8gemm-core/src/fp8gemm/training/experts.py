@@ -28,6 +28,7 @@ from ..reference import BLOCK, FP8_DTYPES
 from ..validation import IN_DTYPES
 from .experts_steps import GradDtypes, Needs, Saved, backward_steps, forward_steps, saved_h_dtype
 from .grouped_quantize import empty_scale_t, grouped_blocks, quantize_experts_with_transpose
+from .weight_reuse import quantized_once
 
 NAMES = ("x", "topk_ids", "topk_weights", "w13", "w13_scale", "w2", "w2_scale")
 
@@ -155,11 +156,20 @@ _ops = getattr(torch.ops, runtime.LIBRARY)
 # --- autograd -----------------------------------------------------------------------------------------------------
 
 
+def _quantized_experts(w, fp8_dtype, pow2: bool, backend: str):
+    """w [E, N, K] in FP8 with its transpose; inside ``reuse_quantized_weights()`` once for the block."""
+    return quantized_once(
+        w,
+        ("experts", fp8_dtype, pow2, backend),
+        lambda: quantize_experts_with_transpose(w, fp8_dtype=fp8_dtype, pow2_scales=pow2, backend=backend or None),
+    )
+
+
 class _Fp8ExpertsFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, topk_ids, topk_weights, w13, w2, keep_y: bool, pow2: bool, backend: str):
-        w13q = quantize_experts_with_transpose(w13, pow2_scales=pow2, backend=backend or None)
-        w2q = quantize_experts_with_transpose(w2, fp8_dtype=w13q.q.dtype, pow2_scales=pow2, backend=backend or None)
+        w13q = _quantized_experts(w13, None, pow2, backend)
+        w2q = _quantized_experts(w2, w13q.q.dtype, pow2, backend)
         args = (x, topk_ids, topk_weights, w13q.q, w13q.scale, w2q.q, w2q.scale, pow2, keep_y, backend)
         out, *saved = _ops.training_experts_forward(*args) if torch.compiler.is_compiling() else _forward(*args)
         ctx.save_for_backward(*saved, w13q.q_t, w13q.scale_t, w2q.q_t, w2q.scale_t)

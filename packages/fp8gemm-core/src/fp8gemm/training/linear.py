@@ -23,6 +23,7 @@ from ..quantize import quantize_weight
 from ..reference import BLOCK
 from ..validation import IN_DTYPES
 from .quantize import quantize_weight_with_transpose, quantize_with_transpose
+from .weight_reuse import quantized_once, reusing
 
 
 def check_training_linear(x, weight, bias) -> None:
@@ -99,14 +100,19 @@ class _Fp8LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, pow2_scales: bool, backend: str | None):
         n, k = weight.shape
-        native = _native_forward(x, weight, pow2_scales, backend)
+        # reused weights: the Python path, whose weight quantizer is apart from x's (the native op quantizes both)
+        native = None if reusing(weight) else _native_forward(x, weight, pow2_scales, backend)
         if native is not None:
             y, *saved = native
             if bias is not None:
                 y.add_(bias)
         else:
             xq = quantize_with_transpose(x, pow2_scales=pow2_scales, backend=backend)
-            wq = quantize_weight_with_transpose(weight, fp8_dtype=xq.q.dtype, pow2_scales=pow2_scales)
+            wq = quantized_once(
+                weight,
+                ("linear", xq.q.dtype, pow2_scales),
+                lambda: quantize_weight_with_transpose(weight, fp8_dtype=xq.q.dtype, pow2_scales=pow2_scales),
+            )
             y = _forward_gemm(xq.q, xq.scale, wq.q, wq.scale, bias, x.dtype, backend)
             saved = (xq.q_t, xq.scale_t, wq.q_t, wq.scale_t)
         ctx.save_for_backward(*saved)
