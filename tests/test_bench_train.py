@@ -66,7 +66,7 @@ def test_gradient_errors_against_float64(smoke_report):
 
 def test_peers_that_cannot_run_here_are_reported_with_the_reason():
     missing = train_peers.missing_paths(torch.device("cpu"))
-    assert set(missing) == {*train_peers.TORCHAO, W_DEEPGEMM, train_peers.W_SCALED_MM}
+    assert set(missing) == {*train_peers.TORCHAO, W_DEEPGEMM, train_peers.W_DEEPGEMM_FORWARD, train_peers.W_SCALED_MM}
     assert all(why.startswith(("missing: ", "not run: ")) for why in missing.values())
 
 

@@ -26,12 +26,14 @@ from fp8gemm.testing.conformance import TOLERANCE, relative_error
 from .bench import DEFAULT_SEED, earlier_rows, environment, error_text, geomean, installed_versions, seeded_generator
 from .train_peers import (
     BF16,
+    FORWARD_FORMS,
     LAYER_PATHS,
     LAYER_PREPARE,
     OURS,
     TORCHAO,
     W_BF16,
     W_DEEPGEMM,
+    W_DEEPGEMM_FORWARD,
     W_FORWARD_FORM,
     W_OURS,
     W_OURS_ACC,
@@ -224,7 +226,7 @@ def time_wgrad_case(case: Case, device, seed: int, timer, missing: dict, fp8_dty
         try:
             run = WGRAD_PREPARE[name](ops)
             out = run()
-            if name == W_FORWARD_FORM:  # another quantization of X: held against the unquantized product, untested
+            if name in FORWARD_FORMS:  # another quantization of X: held against the unquantized product, untested
                 row["rel_err"][name] = relative_error(out[:rows], ref_bf16)
             else:
                 err = relative_error(out[:rows], ref_bf16 if name == W_BF16 else ref_fp8)
@@ -284,6 +286,11 @@ def _stat(ratios: list[tuple[float, str]]) -> dict:
     return {"geomean": geomean(values), "slowest": slowest[0], "slowest_case": slowest[1], "cases": len(values)}
 
 
+def _tflops_ratio(rows: list[dict], path: str, against: str) -> dict:
+    return _stat([(r["tflops"][path] / r["tflops"][against], r["label"]) for r in rows
+                  if {path, against} <= r["tflops"].keys()])  # fmt: skip
+
+
 def summarize(rows: list[dict]) -> dict:
     """Speed ratios (the other path's time over the path's) over the cases both ran, and the targets' figures."""
     layer = [r for r in rows if r["set"] == "layer"]
@@ -323,13 +330,9 @@ def summarize(rows: list[dict]) -> dict:
     out["wgrad"]["ours_vs_scaled_mm"] = wgrad_ratio(W_SCALED_MM)
     out["wgrad"]["ours_vs_bf16"] = wgrad_ratio(W_BF16)
     out["wgrad"]["ours_accumulate_time_over_plain"] = wgrad_ratio(W_OURS_ACC)
-    out["wgrad"]["ours_tflops_over_forward_form"] = _stat(
-        [
-            (r["tflops"][W_OURS] / r["tflops"][W_FORWARD_FORM], r["label"])
-            for r in wgrad
-            if {W_OURS, W_FORWARD_FORM} <= r["tflops"].keys()
-        ]  # fmt: skip
-    )
+    out["wgrad"]["ours_tflops_over_forward_form"] = _tflops_ratio(wgrad, W_OURS, W_FORWARD_FORM)
+    # the peer's own 1D1D kernel over its forward GEMM on the same sizes: what the per-column promotion costs there
+    out["wgrad"]["deepgemm_tflops_over_its_forward_form"] = _tflops_ratio(wgrad, W_DEEPGEMM, W_DEEPGEMM_FORWARD)
     ours = out["layer"].get(OURS, {})
     measured = {
         "vs_bf16_geomean_m_ge_4096": ours.get("vs_bf16_m_ge_4096", {}).get("geomean"),

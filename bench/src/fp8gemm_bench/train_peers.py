@@ -44,9 +44,11 @@ W_OURS = "fp8gemm.gemm 1D1D (per-row b_scale)"
 W_OURS_ACC = "fp8gemm.gemm 1D1D, accumulate=True"
 W_FORWARD_FORM = "fp8gemm.gemm forward form (128x128 b_scale), same sizes"
 W_DEEPGEMM = "DeepGEMM fp8_gemm_nt 1D1D (sm90, accumulates into C)"
+W_DEEPGEMM_FORWARD = "DeepGEMM fp8_gemm_nt forward form (1x128 x 128x128), same sizes"
 W_SCALED_MM = "torch scaled_mm 1x128 x 1x128 (cuBLASLt)"
 W_BF16 = "bf16 dY^T X (torch.mm)"
-WGRAD_PATHS = (W_OURS, W_OURS_ACC, W_FORWARD_FORM, W_DEEPGEMM, W_SCALED_MM, W_BF16)
+WGRAD_PATHS = (W_OURS, W_OURS_ACC, W_FORWARD_FORM, W_DEEPGEMM, W_DEEPGEMM_FORWARD, W_SCALED_MM, W_BF16)
+FORWARD_FORMS = (W_FORWARD_FORM, W_DEEPGEMM_FORWARD)  # X^T in 128x128 blocks: rates, not the weight gradient
 WGRAD_FP8 = (W_OURS, W_OURS_ACC, W_DEEPGEMM, W_SCALED_MM)  # the 1D1D product of the same FP8 operands
 
 Prepare = Callable
@@ -150,12 +152,17 @@ def _w_ours_acc(ops: WgradOperands):
     return run
 
 
+def _x_t_in_blocks(ops: WgradOperands):
+    """X^T [K, M] quantized in 128x128 blocks (the forward form's B), or a ValueError where M is not whole blocks."""
+    if ops.x.shape[0] != ops.x_t.shape[1]:
+        raise ValueError(f"the forward form contracts whole 128-token blocks; M = {ops.x.shape[0]} is not a multiple")
+    return quantize_weight(ops.x.t().contiguous(), fp8_dtype=ops.x_t.dtype)
+
+
 def _w_forward_form(ops: WgradOperands):
     """The forward's GEMM form on the same sizes: 1x128 scales on dY^T, X^T quantized in 128x128 blocks, bf16 out.
     Not the weight gradient (its numbers differ): the TFLOP/s the 1D1D form is held against."""
-    if ops.x.shape[0] != ops.x_t.shape[1]:
-        raise ValueError(f"the forward form contracts whole 128-token blocks; M = {ops.x.shape[0]} is not a multiple")
-    b, b_scale = quantize_weight(ops.x.t().contiguous(), fp8_dtype=ops.x_t.dtype)
+    b, b_scale = _x_t_in_blocks(ops)
     b_scale = prepare_weight_scale(b_scale)
     a_scale = ops.dy_t_scale.t().contiguous().t()  # MN-major, as quantize_activation returns it: no per-call copy
     out = torch.empty(ops.dy_t.shape[0], b.shape[0], dtype=torch.bfloat16, device=ops.x.device)
@@ -188,6 +195,22 @@ def _w_deepgemm(ops: WgradOperands):
         return call()
 
     run.timed = call
+    return run
+
+
+def _w_deepgemm_forward(ops: WgradOperands):
+    """DeepGEMM's forward GEMM on the same sizes (its sm90 recipe (1, 128, 128): 1x128 scales on dY^T, X^T in 128x128
+    blocks), bf16 out: the rate its own 1D1D kernel is held against, as our forward form is for ours."""
+    dg = deep_gemm_module()
+    b, b_scale = _x_t_in_blocks(ops)
+    to_mn_major = getattr(dg, "get_mn_major_tma_aligned_tensor", None)
+    sfa = to_mn_major(ops.dy_t_scale) if to_mn_major else ops.dy_t_scale
+    out = torch.empty(ops.dy_t.shape[0], b.shape[0], dtype=torch.bfloat16, device=ops.x.device)
+
+    def run():
+        dg.fp8_gemm_nt((ops.dy_t, sfa), (b, b_scale), out, disable_ue8m0_cast=True)
+        return out
+
     return run
 
 
@@ -229,6 +252,7 @@ WGRAD_PREPARE: dict[str, Prepare] = {
     W_OURS_ACC: _w_ours_acc,
     W_FORWARD_FORM: _w_forward_form,
     W_DEEPGEMM: _w_deepgemm,
+    W_DEEPGEMM_FORWARD: _w_deepgemm_forward,
     W_SCALED_MM: _w_scaled_mm,
     W_BF16: _w_bf16,
 }
@@ -265,7 +289,7 @@ def missing_paths(device: torch.device) -> dict[str, str]:
             missing[name] = ao or gpu
     dg = why_not(deep_gemm_module)
     if dg or gpu:
-        missing[W_DEEPGEMM] = dg or gpu
+        missing[W_DEEPGEMM] = missing[W_DEEPGEMM_FORWARD] = dg or gpu
     if device.type != "cuda":
         missing[W_SCALED_MM] = "not run: cuBLASLt's blockwise scaled_mm needs an sm_90 GPU"
     elif gpu:
