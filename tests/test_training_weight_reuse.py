@@ -5,6 +5,7 @@ one: the dense forward then leaves the native op for the Python path's pieces)."
 
 from __future__ import annotations
 
+import gc
 import importlib
 
 import pytest
@@ -14,6 +15,7 @@ from fp8gemm.training import fused_experts, linear, reuse_quantized_weights
 
 linear_module = importlib.import_module("fp8gemm.training.linear")
 experts_module = importlib.import_module("fp8gemm.training.experts")
+weight_reuse = importlib.import_module("fp8gemm.training.weight_reuse")
 
 
 def _count(monkeypatch, module, name) -> list:
@@ -79,6 +81,33 @@ def test_a_weight_changed_in_place_or_replaced_is_quantized_again(monkeypatch):
     assert not torch.equal(first, second) and torch.equal(second, third) and torch.equal(third, fourth)
     assert torch.equal(second, linear(xs[0], w))  # after the block: quantized afresh, the same bits
     assert len(calls) == 4
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_torch_optimizer_step_inside_the_block_drops_the_copies(monkeypatch, fused):
+    xs, dys, w = _dense(65)
+    optimizer = torch.optim.AdamW([w], lr=0.1, fused=fused)  # fused: the version counter does not move
+    calls = _count(monkeypatch, linear_module, "quantize_weight_with_transpose")
+    with reuse_quantized_weights():
+        linear(xs[0], w).backward(dys[0])
+        optimizer.step()
+        after_step = linear(xs[0], w)
+    assert len(calls) == 2 and torch.equal(after_step, linear(xs[0], w))
+
+
+def test_weights_computed_in_the_forward_are_quantized_every_call_and_copies_go_with_their_weight(monkeypatch):
+    xs, _, w = _dense(66)
+    calls = _count(monkeypatch, linear_module, "quantize_weight_with_transpose")
+    with reuse_quantized_weights():
+        linear(xs[0], w * 1.0)  # a non-leaf weight: new on every call, never kept
+        linear(xs[0], w * 1.0)
+        assert len(calls) == 2 and len(weight_reuse._BLOCK.get()) == 0
+        other = w.detach().clone().requires_grad_()
+        linear(xs[0], other)
+        assert len(weight_reuse._BLOCK.get()) == 1
+        del other
+        gc.collect()
+        assert len(weight_reuse._BLOCK.get()) == 0
 
 
 def test_experts_micro_batches_quantize_each_weight_once_and_keep_their_bits(monkeypatch):
