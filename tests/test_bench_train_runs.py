@@ -121,6 +121,55 @@ def test_the_throughput_smoke_run(tmp_path):
     assert report["summary"]["tokens_per_s_ratio"] > 0 and report["summary"]["target_tokens_per_s_ratio"] == 1.25
 
 
+def test_micro_batches_add_up_to_the_batchs_loss_and_gradients():
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Embedding(256, 32), torch.nn.Linear(32, 256))
+    inputs, targets = torch.randint(0, 256, (4, 16)), torch.randint(0, 256, (4, 16))
+    grads = []
+    for parts in (1, 4):
+        model.zero_grad()
+        loss = train_run._accumulated_step(model, inputs, targets, parts, reuse=parts > 1)
+        grads.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (loss1, g1), (loss4, g4) = grads
+    assert torch.allclose(loss1, loss4, rtol=1e-5) and all(
+        torch.allclose(a, b, atol=1e-6) for a, b in zip(g1, g4, strict=True)
+    )
+
+
+def test_the_throughput_smoke_run_with_micro_batches(tmp_path):
+    js = tmp_path / "tp.json"
+    argv = [
+        "bench",
+        "--train-run",
+        "--throughput",
+        "--smoke",
+        "--micro-batches",
+        "2",
+        "--device",
+        "cpu",
+        "--json",
+        str(js),
+    ]
+    assert main(argv) == 0
+    report = json.loads(js.read_text())
+    assert report["training"]["micro_batches"] == 2 and report["training"]["batch"] % 2 == 0
+    assert all(run["tokens_per_s"] > 0 for run in report["runs"].values())
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--train-run", "--micro-batches", "2", "--smoke"], "--micro-batches goes with --train-run --throughput"),
+        (["--train-run", "--throughput", "--micro-batches", "3"], "must divide the throughput run's 4 sequences"),
+        (["--micro-batches", "2"], "--micro-batches with --train-run --throughput"),
+    ],
+)
+def test_micro_batch_mistakes_exit_2_with_the_fix(capsys, argv, words):
+    assert main(["bench", "--device", "cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
 def test_the_moe_models_sizes_and_weights():
     big = train_moe_run.MOE
     assert big.layers >= 4 and (big.hidden, big.heads, big.head_dim, big.kv_heads) == (512, 4, 128, 2)

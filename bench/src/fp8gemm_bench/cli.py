@@ -160,6 +160,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --train-run: tokens/s of a Llama-3-8B-shaped model of 8 layers, 8192 tokens a step, bf16 vs converted",
     )
     p.add_argument(
+        "--micro-batches",
+        type=count_argument(1),
+        help="with --train-run --throughput: each step's batch as this many micro-batches whose gradients add up "
+        "(both models; the converted one quantizes its weights once a step: fp8gemm.training.reuse_quantized_weights)",
+    )
+    p.add_argument(
         "--train-fsdp",
         action="store_true",
         help="FSDP2 (fully_shard) of a converted model on 2 GPUs against one GPU, same seed and batches: the loss "
@@ -205,9 +211,10 @@ def run(args) -> int:
         raise UsageError("--wgrad goes with --train (the dense weight-gradient GEMM's rows alone)")
     if args.train or args.train_run or args.train_fsdp:
         return _train_modes(args, device)
-    if args.smoke or args.steps or args.throughput:
+    if args.smoke or args.steps or args.throughput or args.micro_batches:
         raise UsageError(
-            "--smoke and --steps go with --train, --train-run or --train-fsdp; --throughput with --train-run"
+            "--smoke and --steps go with --train, --train-run or --train-fsdp; --throughput with --train-run; "
+            "--micro-batches with --train-run --throughput"
         )
     if (args.grouped or args.moe) and args.shapes:
         which = "--grouped" if args.grouped else "--moe"
@@ -257,6 +264,12 @@ def _train_modes(args, device: torch.device) -> int:
     """``--train``, ``--train-run`` and ``--train-fsdp`` (docs/training.md)."""
     if args.throughput and not args.train_run:
         raise UsageError("--throughput goes with --train-run")
+    if args.micro_batches and not args.throughput:
+        raise UsageError("--micro-batches goes with --train-run --throughput")
+    if args.micro_batches and not args.smoke and train_run.THROUGHPUT_BATCH % args.micro_batches:
+        raise UsageError(
+            f"--micro-batches must divide the throughput run's {train_run.THROUGHPUT_BATCH} sequences a step"
+        )
     if args.throughput and args.moe:
         raise UsageError("--throughput times the dense model; --train-run --moe is the MoE convergence run")
     if args.steps and not (args.train_run or args.train_fsdp):
@@ -306,6 +319,8 @@ def _train_modes(args, device: torch.device) -> int:
         return _write_outputs(args, report, _save_atomically, train_moe_run.plot)
     if args.throughput:
         kwargs = {"steps": args.steps} if args.steps else {}
+        if args.micro_batches:
+            kwargs["micro_batches"] = args.micro_batches
         report = train_run.run_throughput(device, smoke=args.smoke, seed=args.seed, progress=say,
                                           checkpoint=checkpoint, **kwargs)  # fmt: skip
         s = report["summary"]

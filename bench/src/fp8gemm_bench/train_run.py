@@ -11,6 +11,7 @@ model computes in bf16; ``train_model.MasterAdamW``); the throughput run keeps i
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import statistics
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import torch
 from fp8gemm.nn import Fp8TrainingLinear, convert
+from fp8gemm.training import reuse_quantized_weights
 
 from .bench import DEFAULT_SEED, environment
 from .train_model import (
@@ -214,14 +216,34 @@ def run_convergence(device, *, steps: int = STEPS, batch: int = BATCH, seq: int 
     return report
 
 
+def _accumulated_step(model, inputs, targets, micro_batches: int, reuse: bool) -> torch.Tensor:
+    """The batch's mean loss, its gradients added up over ``micro_batches`` forward + backward passes."""
+    if micro_batches == 1:
+        loss = loss_fn(model, inputs, targets)
+        loss.backward()
+        return loss
+    total = torch.zeros((), device=inputs.device)
+    with reuse_quantized_weights() if reuse else contextlib.nullcontext():
+        for part_in, part_target in zip(inputs.chunk(micro_batches), targets.chunk(micro_batches), strict=True):
+            loss = loss_fn(model, part_in, part_target) / micro_batches
+            loss.backward()
+            total += loss.detach()
+    return total
+
+
 def run_throughput(device, *, batch: int = THROUGHPUT_BATCH, seq: int = THROUGHPUT_SEQ,
                    warmup: int = THROUGHPUT_WARMUP, steps: int = THROUGHPUT_STEPS, seed: int = DEFAULT_SEED,
-                   smoke: bool = False, progress=print, checkpoint=None) -> dict:  # fmt: skip
-    """Tokens per second of a training step, bf16 against converted, each timed over ``steps`` after ``warmup``."""
+                   micro_batches: int = 1, smoke: bool = False, progress=print, checkpoint=None) -> dict:  # fmt: skip
+    """Tokens per second of a training step, bf16 against converted, each timed over ``steps`` after ``warmup``.
+    ``micro_batches``: each step's batch split into that many, their gradients added up before the optimizer step
+    (both models; the converted one inside ``reuse_quantized_weights()``, its weights quantized once a step)."""
     device = torch.device(device)
     cfg = SMOKE if smoke else LLAMA3_8B_8_LAYERS
     if smoke:
         batch, seq, warmup, steps = (SMOKE_THROUGHPUT[k] for k in ("batch", "seq", "warmup", "steps"))
+        batch *= micro_batches
+    if batch % micro_batches:
+        raise ValueError(f"micro_batches ({micro_batches}) must divide the batch of {batch} sequences")
     data, corpus = stdlib_corpus(limit_bytes=SMOKE_RUN["corpus_bytes"] if smoke else None)
     text, _ = split_corpus(data)
     env = environment(device, None, seed)
@@ -235,6 +257,7 @@ def run_throughput(device, *, batch: int = THROUGHPUT_BATCH, seq: int = THROUGHP
             "batch": batch,
             "seq": seq,
             "tokens_per_step": batch * seq,
+            "micro_batches": micro_batches,
             "warmup_steps": warmup,
             "timed_steps": steps,
             "optimizer": "AdamW (torch, fused on a GPU), bf16 weights and states (no master copy)",
@@ -252,8 +275,7 @@ def run_throughput(device, *, batch: int = THROUGHPUT_BATCH, seq: int = THROUGHP
         for step in range(warmup + steps):
             _sync(device)
             t0 = time.perf_counter()
-            loss = loss_fn(model, *next(batches))
-            loss.backward()
+            loss = _accumulated_step(model, *next(batches), micro_batches, mode == FP8)
             opt.step()
             opt.zero_grad()
             _sync(device)
