@@ -14,6 +14,8 @@ from fp8gemm_bench.bench import seeded_generator
 from fp8gemm_bench.grouped_peers import BF16, DENSE_LOOP, DG_CONTIGUOUS, DG_CONTIGUOUS_GEMM, DG_MASKED, DG_PADDING
 from fp8gemm_bench.grouped_peers import OURS_CONTIGUOUS as OURS_C
 from fp8gemm_bench.grouped_peers import OURS_MASKED as OURS_M
+from fp8gemm_bench.grouped_peers import OURS_ROW_IDS as ROW_IDS
+from fp8gemm_bench.grouped_peers import OURS_ROW_IDS_PADDED as ROW_IDS_PADDED
 
 
 def test_the_case_lists_are_the_ones_the_issue_names():
@@ -74,7 +76,11 @@ def _row(set_, counts, us, split="balanced"):
 
 def test_the_summary_geomeans_from_a_synthetic_report():
     rows = [
-        _row("deepgemm-contiguous", [200, 300], {OURS_C: 10.0, DG_CONTIGUOUS_GEMM: 12.0, DG_CONTIGUOUS: 15.0}),
+        _row(
+            "deepgemm-contiguous",
+            [200, 300],
+            {OURS_C: 10.0, DG_CONTIGUOUS_GEMM: 12.0, DG_CONTIGUOUS: 15.0, ROW_IDS: 11.0, ROW_IDS_PADDED: 13.0},
+        ),  # fmt: skip
         _row("deepgemm-masked", [100], {OURS_M: 10.0, DG_MASKED: 9.0}),
         _row(
             "deepseek-v3-experts",
@@ -97,6 +103,9 @@ def test_the_summary_geomeans_from_a_synthetic_report():
     assert s["decode_masked_vs_dense_loop"]["geomean"] == pytest.approx(1.0)
     assert s["decode_masked_vs_dense_loop"]["met"] is False
     assert s["deepgemm_padding_share_of_its_path"]["geomean"] == pytest.approx(0.25)
+    assert s["row_ids_vs_offs"]["geomean"] == pytest.approx(10 / 11) and s["row_ids_vs_offs"]["met"] is True
+    pre_padded = s["row_ids_padded_vs_deepgemm_pre_padded"]
+    assert pre_padded["geomean"] == pytest.approx(12 / 13) and pre_padded["met"] is True and pre_padded["cases"] == 1
 
 
 def _wall_timer(calls):
@@ -122,9 +131,10 @@ def test_the_harness_runs_end_to_end_on_cpu_and_its_json_plots(tmp_path, monkeyp
                                timer=_wall_timer)  # fmt: skip
     assert saved == [1, 2, 3] and "partial" not in report
     by_label = {r["label"]: r for r in report["rows"]}
-    assert set(by_label["tiny contiguous"]["us"]) == {OURS_C, DENSE_LOOP, BF16}
+    ids = {ROW_IDS, ROW_IDS_PADDED}  # m_indices, packed and DeepGEMM-padded
+    assert set(by_label["tiny contiguous"]["us"]) == {OURS_C, DENSE_LOOP, BF16, *ids}
     assert set(by_label["tiny masked"]["us"]) == {OURS_M, DENSE_LOOP, BF16}
-    assert set(by_label["tiny experts"]["us"]) == {OURS_C, OURS_M, DENSE_LOOP, BF16}
+    assert set(by_label["tiny experts"]["us"]) == {OURS_C, OURS_M, DENSE_LOOP, BF16, *ids}
     for r in report["rows"]:
         assert all(err < 4e-3 for err in r["rel_err"].values())
         assert r["tflops"][DENSE_LOOP] == pytest.approx(

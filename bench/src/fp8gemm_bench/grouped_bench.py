@@ -43,6 +43,8 @@ from .grouped_peers import (
     MASKED_PATHS,
     OURS_CONTIGUOUS,
     OURS_MASKED,
+    OURS_ROW_IDS,
+    OURS_ROW_IDS_PADDED,
     PATHS,
     Problem,
     deepgemm_alignment,
@@ -69,7 +71,8 @@ REFERENCE_MAX_FLOPS = 5e13  # where ours still runs the pure-torch reference, ca
 ORACLE_ROWS = 8  # rows of each group checked against float64: the first, the last and random ones
 DECODE_MAX_ROWS = 64
 TARGETS = {"own_shapes": 1.0, "own_shapes_slowest": 0.95, "skewed_unaligned": 1.1, "decode_vs_bf16": 2.0,
-           "decode_vs_dense_loop": 1.2, "decode_weight_floor": 1.3}  # fmt: skip
+           "decode_vs_dense_loop": 1.2, "decode_weight_floor": 1.3,
+           "row_ids": 1 / 1.1}  # m_indices within 1.1x of offs and of DeepGEMM's contiguous GEMM: speed >= 1/1.1  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,11 @@ def summarize(rows: list[dict], alignment: int = DEFAULT_M_ALIGNMENT) -> dict:
         out[f"decode_{layout}_vs_bf16_grouped_mm"] = _stat(_ratios(rows, ours, BF16, decode), TARGETS["decode_vs_bf16"])
         out[f"decode_{layout}_vs_dense_loop"] = _stat(_ratios(rows, ours, DENSE_LOOP, decode),
                                                       TARGETS["decode_vs_dense_loop"])  # fmt: skip
+    every = lambda r: True  # noqa: E731
+    out["row_ids_vs_offs"] = _stat(_ratios(rows, OURS_ROW_IDS, OURS_CONTIGUOUS, every), TARGETS["row_ids"])
+    out["row_ids_padded_vs_deepgemm_pre_padded"] = _stat(
+        _ratios(rows, OURS_ROW_IDS_PADDED, DG_CONTIGUOUS_GEMM, own_contiguous), TARGETS["row_ids"]
+    )
     padding = [
         r["us"][DG_PADDING] / r["us"][DG_CONTIGUOUS] for r in rows if {DG_PADDING, DG_CONTIGUOUS} <= r["us"].keys()
     ]

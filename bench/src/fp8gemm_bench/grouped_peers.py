@@ -28,13 +28,15 @@ from fp8gemm.reference import expand_scales
 
 OURS_CONTIGUOUS = "fp8gemm.grouped_gemm (offs)"
 OURS_MASKED = "fp8gemm.grouped_gemm_masked"
+OURS_ROW_IDS = "fp8gemm.grouped_gemm (m_indices)"
+OURS_ROW_IDS_PADDED = "fp8gemm.grouped_gemm (m_indices, DeepGEMM's padded rows)"
 DG_CONTIGUOUS = "DeepGEMM contiguous + padding"
 DG_CONTIGUOUS_GEMM = "DeepGEMM contiguous, pre-padded"
 DG_PADDING = "DeepGEMM padding copy alone"
 DG_MASKED = "DeepGEMM masked"
 DENSE_LOOP = "fp8gemm.gemm loop over experts"
 BF16 = "bf16 torch._grouped_mm"
-CONTIGUOUS_PATHS = (OURS_CONTIGUOUS, DG_CONTIGUOUS, DG_CONTIGUOUS_GEMM, DG_PADDING)
+CONTIGUOUS_PATHS = (OURS_CONTIGUOUS, OURS_ROW_IDS, OURS_ROW_IDS_PADDED, DG_CONTIGUOUS, DG_CONTIGUOUS_GEMM, DG_PADDING)
 MASKED_PATHS = (OURS_MASKED, DG_MASKED)
 LAYOUT_FREE_PATHS = (DENSE_LOOP, BF16)  # packed rows, whatever layout the case is about
 DEEPGEMM_PATHS = (DG_CONTIGUOUS, DG_CONTIGUOUS_GEMM, DG_PADDING, DG_MASKED)
@@ -116,6 +118,34 @@ def ours_contiguous(p: Problem, b, b_scale):
     out = torch.empty(p.a.shape[0], p.n, dtype=torch.bfloat16, device=p.a.device)
     offs = p.offs
     return (lambda: grouped_gemm(p.a, b, p.a_scale, b_scale, offs, out=out, backend=p.backend)), _packed
+
+
+def ours_row_ids(p: Problem, b, b_scale):
+    """The packed rows with ``m_indices`` (each row's expert, DeepGEMM's convention) instead of ``offs``."""
+    b_scale = prepare_weight_scale(b_scale, backend=p.backend)
+    ids = torch.tensor([g for g, c in enumerate(p.counts) for _ in range(c)], dtype=torch.int32, device=p.a.device)
+    out = torch.empty(p.a.shape[0], p.n, dtype=torch.bfloat16, device=p.a.device)
+    return (lambda: grouped_gemm(p.a, b, p.a_scale, b_scale, m_indices=ids, out=out, backend=p.backend)), _packed
+
+
+def ours_row_ids_padded(p: Problem, b, b_scale):
+    """What an engine written for DeepGEMM hands over, already padded: every group in 128-row slots, -1 ids on the
+    padding rows, the scales MN-major with 16-byte columns (as DeepGEMM's contiguous GEMM gets them)."""
+    padded, dest, m_indices = deepgemm_padding(p.counts, DEFAULT_M_ALIGNMENT)
+    m_pad, k, device = sum(padded), p.a.shape[1], p.a.device
+    dest_t = torch.tensor(dest, dtype=torch.long, device=device)
+    a_pad = torch.zeros(m_pad, k, dtype=p.a.dtype, device=device)
+    a_pad.view(torch.uint8).index_copy_(0, dest_t, p.a.view(torch.uint8))
+    s_pad = torch.zeros(k // 128, -(-m_pad // 4) * 4, dtype=torch.float32, device=device).t()[:m_pad]
+    s_pad.index_copy_(0, dest_t, p.a_scale.float())
+    ids = torch.tensor(m_indices, dtype=torch.int32, device=device)
+    b_scale = prepare_weight_scale(b_scale, backend=p.backend)
+    out = torch.empty(m_pad, p.n, dtype=torch.bfloat16, device=device)
+
+    def run():
+        return grouped_gemm(a_pad, b, s_pad, b_scale, m_indices=ids, out=out, backend=p.backend)
+
+    return run, lambda o, idx: o[dest_t[idx.to(o.device)]]
 
 
 def ours_masked(p: Problem, b, b_scale):
@@ -257,6 +287,8 @@ def deepgemm_masked(p: Problem, b, b_scale):
 PATHS: dict[str, Callable] = {
     OURS_CONTIGUOUS: ours_contiguous,
     OURS_MASKED: ours_masked,
+    OURS_ROW_IDS: ours_row_ids,
+    OURS_ROW_IDS_PADDED: ours_row_ids_padded,
     DG_CONTIGUOUS: deepgemm_contiguous,
     DG_CONTIGUOUS_GEMM: deepgemm_contiguous_gemm,
     DG_PADDING: deepgemm_padding_alone,
