@@ -26,6 +26,8 @@ import torch
 from fp8gemm import gemm, grouped_gemm, grouped_gemm_masked, prepare_weight_scale
 from fp8gemm.reference import expand_scales
 
+from .peers import deepgemm_mn_major
+
 OURS_CONTIGUOUS = "fp8gemm.grouped_gemm (offs)"
 OURS_MASKED = "fp8gemm.grouped_gemm_masked"
 OURS_ROW_IDS = "fp8gemm.grouped_gemm (m_indices)"
@@ -205,11 +207,6 @@ def deepgemm_alignment(dg=None) -> int:
     return int(get())
 
 
-def _mn_major(dg, scale: torch.Tensor) -> torch.Tensor:
-    to_mn_major = getattr(dg, "get_mn_major_tma_aligned_tensor", None)
-    return to_mn_major(scale) if to_mn_major else scale
-
-
 def dg_contiguous_fn(dg):
     """DeepGEMM's contiguous grouped GEMM as one call ``(a, b, d, ids)``, before and after its API rename."""
     fn = getattr(dg, "m_grouped_fp8_gemm_nt_contiguous", None)
@@ -231,7 +228,7 @@ def _dg_padded(p: Problem, dg):
     m_pad, k, device = sum(padded), p.a.shape[1], p.a.device
     dest_t = torch.tensor(dest, dtype=torch.long, device=device)
     a_pad = torch.zeros(m_pad, k, dtype=p.a.dtype, device=device)
-    s_pad = _mn_major(dg, torch.zeros(m_pad, k // 128, dtype=torch.float32, device=device))
+    s_pad = deepgemm_mn_major(dg, torch.zeros(m_pad, k // 128, dtype=torch.float32, device=device))
     a_src, s_src = p.a.view(torch.uint8), p.a_scale.float()
 
     def pad():  # the caller's copy of each group's rows into its aligned slot (fp8 scattered as bytes)
@@ -273,7 +270,7 @@ def deepgemm_masked(p: Problem, b, b_scale):
     dg = deep_gemm_module()
     call = _dg_masked_fn(dg)
     a3, s3, masked_m = p.masked()
-    s3 = _mn_major(dg, s3)
+    s3 = deepgemm_mn_major(dg, s3)
     out = torch.zeros(len(p.counts), p.m_max, p.n, dtype=torch.bfloat16, device=p.a.device)
     expected = max(1, p.expected_m)  # DeepGEMM asserts expected_m > 0
 

@@ -33,13 +33,19 @@ def _bf16_matmul(a, b, a_scale, b_scale, out_dtype) -> Runner:
     return lambda: (a16 @ b16.t()).to(out_dtype)
 
 
+def deepgemm_mn_major(deep_gemm, scale: torch.Tensor) -> torch.Tensor:
+    """``scale`` in the MN-major, TMA-aligned layout DeepGEMM reads on sm90 (converted once, not inside each call),
+    where this release has the converter."""
+    to_mn_major = getattr(deep_gemm, "get_mn_major_tma_aligned_tensor", None)
+    return to_mn_major(scale) if to_mn_major else scale
+
+
 def _deep_gemm(a, b, a_scale, b_scale, out_dtype) -> Runner:
     import deep_gemm  # optional; timed only where importable
 
     out = torch.empty(a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
     # Its quantizers emit activation scales MN-major and TMA-aligned; convert once, as they would.
-    to_mn_major = getattr(deep_gemm, "get_mn_major_tma_aligned_tensor", None)
-    sa = to_mn_major(a_scale) if to_mn_major else a_scale
+    sa = deepgemm_mn_major(deep_gemm, a_scale)
 
     def run():
         deep_gemm.fp8_gemm_nt((a, sa), (b, b_scale), out, disable_ue8m0_cast=True)

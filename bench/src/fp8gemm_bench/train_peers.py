@@ -27,6 +27,8 @@ from fp8gemm.runtime import empty_scale
 from fp8gemm.training.quantize import scale_t_layout
 from torch import nn
 
+from .peers import deepgemm_mn_major
+
 
 def padded_rows(m: int) -> int:
     """Tokens rounded up to whole 128-token blocks: the row length of the quantizer's transposed operands."""
@@ -181,9 +183,7 @@ def _w_deepgemm(ops: WgradOperands):
     """DeepGEMM's sm90 1D1D kernel: ``fp8_gemm_nt((a, sfa), (b, sfb), d, c=d, recipe=(1, 1, 128))`` computes
     D = C + A B^T with float32 C and D (it asserts C is given), scales MN-major and TMA-aligned (converted here)."""
     dg = deep_gemm_module()
-    to_mn_major = getattr(dg, "get_mn_major_tma_aligned_tensor", None)
-    sfa = to_mn_major(ops.dy_t_scale) if to_mn_major else ops.dy_t_scale
-    sfb = to_mn_major(ops.x_t_scale) if to_mn_major else ops.x_t_scale
+    sfa, sfb = deepgemm_mn_major(dg, ops.dy_t_scale), deepgemm_mn_major(dg, ops.x_t_scale)
     d = torch.zeros(ops.dy_t.shape[0], ops.x_t.shape[0], dtype=torch.float32, device=ops.x.device)
 
     def call():
@@ -203,8 +203,7 @@ def _w_deepgemm_forward(ops: WgradOperands):
     blocks), bf16 out: the rate its own 1D1D kernel is held against, as our forward form is for ours."""
     dg = deep_gemm_module()
     b, b_scale = _x_t_in_blocks(ops)
-    to_mn_major = getattr(dg, "get_mn_major_tma_aligned_tensor", None)
-    sfa = to_mn_major(ops.dy_t_scale) if to_mn_major else ops.dy_t_scale
+    sfa = deepgemm_mn_major(dg, ops.dy_t_scale)
     out = torch.empty(ops.dy_t.shape[0], b.shape[0], dtype=torch.bfloat16, device=ops.x.device)
 
     def run():
