@@ -79,8 +79,8 @@ def test_a_weight_changed_in_place_or_replaced_is_quantized_again(monkeypatch):
             fourth = linear(xs[0], other)
     assert len(calls) == 3
     assert not torch.equal(first, second) and torch.equal(second, third) and torch.equal(third, fourth)
-    assert torch.equal(second, linear(xs[0], w))  # after the block: quantized afresh, the same bits
-    assert len(calls) == 4
+    # after the block: quantized afresh (on a GPU by the native op, which has its own quantizer call), the same bits
+    assert weight_reuse._BLOCK.get() is None and torch.equal(second, linear(xs[0], w))
 
 
 @pytest.mark.parametrize("fused", [False, True])
@@ -95,13 +95,14 @@ def test_a_torch_optimizer_step_inside_the_block_drops_the_copies(monkeypatch, f
     assert len(calls) == 2 and torch.equal(after_step, linear(xs[0], w))
 
 
-def test_weights_computed_in_the_forward_are_quantized_every_call_and_copies_go_with_their_weight(monkeypatch):
+def test_weights_computed_in_the_forward_are_quantized_every_call_and_copies_go_with_their_weight():
     xs, _, w = _dense(66)
-    calls = _count(monkeypatch, linear_module, "quantize_weight_with_transpose")
     with reuse_quantized_weights():
-        linear(xs[0], w * 1.0)  # a non-leaf weight: new on every call, never kept
+        # a non-leaf weight: new on every call, never kept (on a GPU the native op quantizes it)
+        assert not weight_reuse.reusing(w * 1.0) and weight_reuse.reusing(w)
         linear(xs[0], w * 1.0)
-        assert len(calls) == 2 and len(weight_reuse._BLOCK.get()) == 0
+        linear(xs[0], w * 1.0)
+        assert len(weight_reuse._BLOCK.get()) == 0
         other = w.detach().clone().requires_grad_()
         linear(xs[0], other)
         assert len(weight_reuse._BLOCK.get()) == 1

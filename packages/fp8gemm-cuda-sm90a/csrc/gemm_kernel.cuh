@@ -126,7 +126,9 @@ __global__ void __launch_bounds__(KernelTraits<kRows, kCols, kCluster, kLoop, kT
     else if constexpr (C::kWgrad)
       mainloop_one_set_columns(consumer, std::integral_constant<int, C::kGroups>(), k, total);
     else
-      with_former<kBlockN>(n_first % kBlockK, [&](auto former) { mainloop_one_set(consumer, former, k, total); });
+      with_former<kBlockN>(n_first % kBlockK, [&](auto former) {
+        mainloop_one_set(consumer, former, k, total, !idle_rows<C>(tile, row_wg));
+      });
     if constexpr (C::kSplitK) {
       if (!gather_split_sums<C>(smem.red, k_part != 0, t + walk.stride < walk.count, total[0])) continue;
     }

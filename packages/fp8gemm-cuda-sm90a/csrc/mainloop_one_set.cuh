@@ -10,15 +10,18 @@ namespace fp8gemm_sm90a {
 
 // One K block of stage s, its B scales given. Weight-gradient kernels read them per column from the stage: one slice,
 // into registers while the wgmma runs; two slices (no registers to spare for them next to two running totals), inside
-// the promotions, the stage released after the last one.
+// the promotions, the stage released after the last one. `busy` false (a grouped warpgroup whose rows all lie outside
+// the tile's group, scheduler.cuh idle_rows): the stage is released and nothing multiplied (a predicate, not a second
+// loop, which spilled the 192-row kernel's registers).
 template <class C, int kCluster, class Former>
 __device__ __forceinline__ void one_set_block(Consumer<C, kCluster>& c, Former former, float (&acc)[C::kAcc],
-                                              float (&total)[C::kSub][C::kAcc], int s, float sb0, float sb1) {
+                                              float (&total)[C::kSub][C::kAcc], int s, float sb0, float sb1,
+                                              bool busy = true) {
   constexpr bool kLateRelease = C::kWgradLateRelease;
   [[maybe_unused]] float2 sb_cols[C::kWgrad && !kLateRelease ? C::kGroups : 1];
 #pragma unroll
   for (int slice = 0; slice < C::kSub; ++slice) {
-    c.issue(acc, s, slice);
+    if (busy) c.issue(acc, s, slice);
     const float sa_lo = c.a_scale_lo(s, slice);
     const float sa_hi = c.a_scale_hi(s, slice);
     if constexpr (C::kWgrad && !kLateRelease) {
@@ -43,7 +46,7 @@ __device__ __forceinline__ void one_set_block(Consumer<C, kCluster>& c, Former f
       }
     }
     if constexpr (C::kWgrad) promote_columns<C>(total[slice], acc, sa_lo, sa_hi, [&](int g) { return sb_cols[g]; });
-    else promote<C>(former, total[slice], acc, sa_lo, sa_hi, sb0, sb1);
+    else if (busy) promote<C>(former, total[slice], acc, sa_lo, sa_hi, sb0, sb1);
   }
 }
 
@@ -71,7 +74,7 @@ __device__ __forceinline__ void mainloop_one_set_columns(Consumer<C, kCluster>& 
 // The K blocks [k.begin, k.end) of one tile into `total`, segment by segment.
 template <class C, int kCluster, class Former>
 __device__ __forceinline__ void mainloop_one_set(Consumer<C, kCluster>& c, Former former, KRange k,
-                                                 float (&total)[C::kSub][C::kAcc]) {
+                                                 float (&total)[C::kSub][C::kAcc], bool busy = true) {
   constexpr int kFormer = Former::value;
   float acc[C::kAcc];
   for (int kb0 = k.begin; kb0 < k.end; kb0 += kSegKb, ++c.seg) {
@@ -83,7 +86,7 @@ __device__ __forceinline__ void mainloop_one_set(Consumer<C, kCluster>& c, Forme
       const float sb1 = kFormer < C::kGroups ? lds_f32(row0 + kSegKb * 4 + 4 * i) : 0.0f;
       const int s = c.ring.stage;
       mbar_wait(&c.smem.full[s], c.ring.phase);
-      one_set_block(c, former, acc, total, s, sb0, sb1);
+      one_set_block(c, former, acc, total, s, sb0, sb1, busy);
       c.ring.advance();
     };
     if (C::kAlwaysUnrolled || count >= kUnrolledMinKb) {  // see KernelTraits::kAlwaysUnrolled
