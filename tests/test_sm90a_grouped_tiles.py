@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 from conftest import device_under_test
-from fp8gemm import registry
+from fp8gemm import registry, runtime
 from fp8gemm.registry import Selection
 from fp8gemm.testing import conformance_grouped
 
@@ -26,12 +26,21 @@ CASES = conformance_grouped.cases(DEVICE, n_random=2)
 
 @pytest.fixture
 def on_tile(monkeypatch):
-    """Route the grouped ops through one compiled kernel: ``on_tile(index)``."""
+    """Route the grouped ops through one compiled kernel: ``on_tile(index)``, returning the list of its launches. The
+    native ops (one C++ call that launches the plan's tile) are left out, so the planner calls ``grouped_launch``."""
     selected = registry.select(DEVICE, "sm90a").backend
 
-    def use(index: int) -> None:
-        forced = dataclasses.replace(selected, grouped_launch=lambda args: sm90a.grouped_launch_tile(args, index))
+    def use(index: int) -> list:
+        launched = []
+
+        def launch(args):
+            launched.append(index)
+            sm90a.grouped_launch_tile(args, index)
+
+        forced = dataclasses.replace(selected, grouped_launch=launch, native=None)
         monkeypatch.setattr(registry, "select", lambda device, backend=None: Selection(forced, f"tile {index}"))
+        monkeypatch.setattr(runtime, "_fast_backends", {})  # the cached backends hold the native ops
+        return launched
 
     return use
 
@@ -43,6 +52,15 @@ def test_every_grouped_kernel_conforms(case, tile, on_tile):
     on_tile(index)
     result = conformance_grouped.run_case(case, DEVICE, torch.float8_e4m3fn, "sm90a")
     assert result.passed, f"{case.id} on grouped tile {tile[1]}: rel. err {result.rel_err:.3e} {result.detail}"
+
+
+@pytest.mark.parametrize("tile", TILES, ids=[f"{r}x{c}c{k}" for _, (r, c, k) in TILES])
+def test_the_forced_tile_is_the_one_launched(tile, on_tile):
+    index, _ = tile
+    launched = on_tile(index)
+    case = conformance_grouped.GroupedCase("offs", (100, 0, 37), 256, 256)
+    result = conformance_grouped.run_case(case, DEVICE, torch.float8_e4m3fn, "sm90a")
+    assert result.passed and launched == [index], (result.detail, launched)
 
 
 def test_tile_index_out_of_range_is_refused():
