@@ -130,24 +130,23 @@ def ours_row_ids(p: Problem, b, b_scale):
     return (lambda: grouped_gemm(p.a, b, p.a_scale, b_scale, m_indices=ids, out=out, backend=p.backend)), _packed
 
 
+def _mn_major_zeros(rows: int, blocks: int, device) -> torch.Tensor:
+    """fp32 zeros [rows, blocks] MN-major with 16-byte columns (the layout DeepGEMM's contiguous GEMM reads)."""
+    return torch.zeros(blocks, -(-rows // 4) * 4, dtype=torch.float32, device=device).t()[:rows]
+
+
 def ours_row_ids_padded(p: Problem, b, b_scale):
     """What an engine written for DeepGEMM hands over, already padded: every group in 128-row slots, -1 ids on the
     padding rows, the scales MN-major with 16-byte columns (as DeepGEMM's contiguous GEMM gets them)."""
-    padded, dest, m_indices = deepgemm_padding(p.counts, DEFAULT_M_ALIGNMENT)
-    m_pad, k, device = sum(padded), p.a.shape[1], p.a.device
-    dest_t = torch.tensor(dest, dtype=torch.long, device=device)
-    a_pad = torch.zeros(m_pad, k, dtype=p.a.dtype, device=device)
-    a_pad.view(torch.uint8).index_copy_(0, dest_t, p.a.view(torch.uint8))
-    s_pad = torch.zeros(k // 128, -(-m_pad // 4) * 4, dtype=torch.float32, device=device).t()[:m_pad]
-    s_pad.index_copy_(0, dest_t, p.a_scale.float())
-    ids = torch.tensor(m_indices, dtype=torch.int32, device=device)
+    pad, a_pad, s_pad, ids, dest = _padded(p, DEFAULT_M_ALIGNMENT, _mn_major_zeros)
+    pad()
     b_scale = prepare_weight_scale(b_scale, backend=p.backend)
-    out = torch.empty(m_pad, p.n, dtype=torch.bfloat16, device=device)
+    out = torch.empty(a_pad.shape[0], p.n, dtype=torch.bfloat16, device=p.a.device)
 
     def run():
         return grouped_gemm(a_pad, b, s_pad, b_scale, m_indices=ids, out=out, backend=p.backend)
 
-    return run, lambda o, idx: o[dest_t[idx.to(o.device)]]
+    return run, lambda o, idx: o[dest[idx.to(o.device)]]
 
 
 def ours_masked(p: Problem, b, b_scale):
@@ -222,13 +221,14 @@ def _dg_masked_fn(dg):
     return dg.m_grouped_gemm_fp8_fp8_bf16_nt_masked
 
 
-def _dg_padded(p: Problem, dg):
-    """The padded buffers (zeroed once: padding rows stay zero), the scatter that fills them, and m_indices."""
-    padded, dest, m_indices = deepgemm_padding(p.counts, deepgemm_alignment(dg))
+def _padded(p: Problem, alignment: int, zero_scales):
+    """The padded buffers (zeroed once: padding rows stay zero; the scales from ``zero_scales(rows, blocks, device)``),
+    the scatter that fills them, and m_indices."""
+    padded, dest, m_indices = deepgemm_padding(p.counts, alignment)
     m_pad, k, device = sum(padded), p.a.shape[1], p.a.device
     dest_t = torch.tensor(dest, dtype=torch.long, device=device)
     a_pad = torch.zeros(m_pad, k, dtype=p.a.dtype, device=device)
-    s_pad = deepgemm_mn_major(dg, torch.zeros(m_pad, k // 128, dtype=torch.float32, device=device))
+    s_pad = zero_scales(m_pad, k // 128, device)
     a_src, s_src = p.a.view(torch.uint8), p.a_scale.float()
 
     def pad():  # the caller's copy of each group's rows into its aligned slot (fp8 scattered as bytes)
@@ -238,6 +238,15 @@ def _dg_padded(p: Problem, dg):
 
     ids = torch.tensor(m_indices, dtype=torch.int32, device=device)
     return pad, a_pad, s_pad, ids, dest_t
+
+
+def _dg_padded(p: Problem, dg):
+    """DeepGEMM's padded layout: its M alignment, its scale layout."""
+
+    def zeros(rows: int, blocks: int, device) -> torch.Tensor:
+        return deepgemm_mn_major(dg, torch.zeros(rows, blocks, dtype=torch.float32, device=device))
+
+    return _padded(p, deepgemm_alignment(dg), zeros)
 
 
 def deepgemm_contiguous(p: Problem, b, b_scale, with_padding: bool = True):

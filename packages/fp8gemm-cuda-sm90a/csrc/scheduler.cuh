@@ -49,9 +49,6 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
   return tile;
 }
 
-// Every role's source of tiles: tile_at for one GEMM, the group cursor over the runs of the ring for grouped kernels
-// (`every_lane`: how a role releases the ring's slots, run_ring.cuh RunReader). `more(t)` first (false once a grouped
-// walk is past the last run's tiles; always true for one GEMM), then `at(t)`.
 // Grouped kernels: whether warpgroup row_wg's rows of the tile all lie outside the rows it stores (a group smaller
 // than the tile: that warpgroup's products would be thrown away, so it skips them and the tile costs what its rows do).
 template <class C>
@@ -61,6 +58,9 @@ __device__ __forceinline__ bool idle_rows(const Tile& tile, int row_wg) {
   return first >= tile.hi || first + C::kSub * 64 <= tile.lo;
 }
 
+// Every role's source of tiles: tile_at for one GEMM, the group cursor over the runs of the ring for grouped kernels
+// (`every_lane`: how a role releases the ring's slots, run_ring.cuh RunReader). `more(t)` first (false once a grouped
+// walk is past the last run's tiles; always true for one GEMM), then `at(t)`.
 template <class C, int kCluster>
 struct Tiles {
   GroupCursor<C::kBlockM, kCluster> cursor;
