@@ -1,54 +1,38 @@
-"""fp8gemm-cuda-sm90a's row-ids layout (grouped_gemm with m_indices) without a GPU: the run warp's per-lane arithmetic
-(csrc/row_runs.hpp) and the tile walk over its runs (csrc/group_cursor.hpp seek_runs) are plain C++, so a driver built
-with the host compiler runs the warp 32 rows at a time (ballots and shuffles as loops) and then the persistent grid's
-walk, every CTA taking every run in order as on the device. The runs must be the maximal stretches of one id in
-[0, G); every row of such a run is stored by exactly one tile per N block, no -1 row (or id outside [0, G)) by any,
-and rows sorted by expert take exactly the tiles that the same groups take through ``offs``."""
+"""fp8gemm-cuda-sm90a's row-ids layout (grouped_gemm with m_indices) without a GPU: the run warp's scan
+(csrc/row_runs.hpp scan_row_runs, the body of csrc/run_ring.cuh scan_runs) and the tile walk over its runs
+(csrc/group_cursor.hpp seek_runs) are plain C++, so a driver built with the host compiler runs the scan's own source on
+32 threads, one per lane (tests/host_warp.py), then the persistent grid's walk, every CTA taking every run in order as
+on the device. The runs, with pieces of long runs joined, must be the maximal stretches of one id in [0, G); every row
+of such a run is stored by exactly one tile per N block, no -1 row (or id outside [0, G)) by any, and rows sorted by
+expert take exactly the tiles that the same groups take through ``offs``."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
+from host_warp import HOST_WARP, build_threaded_driver
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from isa import sm90a_host_driver
 
-DRIVER = r"""
-#include <cstdio>
-#include <vector>
+DRIVER = (
+    HOST_WARP
+    + r"""
 #include "heuristics.hpp"
-#include "row_runs.hpp"
-using namespace fp8gemm_sm90a;
 struct Walk { const int32_t* group_rows; int groups, masked, m, n_blocks; };
 
-// The run warp of run_ring.cuh scan_runs, one chunk of 32 rows at a time; its lanes' ballots as loops.
+// The run warp's scan (run_ring.cuh scan_runs): the runs in run-number order, then the end from lane 0.
 std::vector<RowRun> scan(const std::vector<int32_t>& ids, int groups) {
-  const int m = static_cast<int>(ids.size());
+  const Walk w{ids.data(), groups, 0, static_cast<int>(ids.size()), 0};
+  const auto puts = run_lanes(ids.data(), static_cast<int>(ids.size()),
+                              [&](int l, auto put_run) { scan_row_runs<HostWarp>(w, l, put_run); });
   std::vector<RowRun> runs;
-  int open = 0, open_id = 0, emitted = 0;
-  for (int base = 0; base <= m; base += 32) {
-    int id[32], prev[32];
-    RunLane lanes[32];
-    uint32_t bounds = 0, emits = 0, starts = 0;
-    for (int l = 0; l < 32; ++l) id[l] = base + l < m ? ids[base + l] : -1;
-    for (int l = 0; l < 32; ++l) {
-      prev[l] = l ? id[l - 1] : open_id;
-      lanes[l] = run_lane(base + l, m, id[l], prev[l], groups);
-      bounds |= uint32_t(lanes[l].bound) << l, emits |= uint32_t(lanes[l].closes) << l;
-      starts |= uint32_t(lanes[l].starts) << l;
-    }
-    for (int l = 0; l < 32; ++l)
-      if (lanes[l].closes) {
-        const int n = run_number(emits, l, emitted);
-        if (n >= static_cast<int>(runs.size())) runs.resize(n + 1, RowRun{-9, -9, -9});
-        runs[n] = closed_run(bounds, l, base, open, prev[l]);
-      }
-    emitted += bit_count(emits);
-    open = open_after(starts, base, open);
-    open_id = id[31];
+  for (size_t i = 0; i < puts.size(); ++i) {
+    if (puts[i].n != static_cast<int>(i)) std::_Exit(4);  // each run number once: the ring's slots in turn
+    runs.push_back(puts[i].run);
   }
-  runs.resize(emitted);
+  if (runs.empty() || runs.back().id != -1 || puts.back().lane != 0) std::_Exit(5);  // the end, from lane 0, last
+  runs.pop_back();
   return runs;
 }
 
@@ -90,11 +74,12 @@ int main() {
   }
 }
 """
+)
 
 
 @pytest.fixture(scope="module")
 def run_walk(tmp_path_factory):
-    driver = sm90a_host_driver(tmp_path_factory.mktemp("sm90a_row_ids"), DRIVER)
+    driver = build_threaded_driver(tmp_path_factory.mktemp("sm90a_row_ids"), DRIVER)
 
     def run(row_ids: bool, rows: list[int], groups: int, m: int, n: int, k: int = 7168, sms: int = 132):
         text = f"{int(row_ids)} {groups} {m} {n} {k} {sms} {len(rows)}\n{' '.join(map(str, rows))}\n"
@@ -108,6 +93,29 @@ def run_walk(tmp_path_factory):
         return runs, plan, tiles
 
     return run
+
+
+PIECE_ALIGN, PIECE_ROWS = 768, 1536  # csrc/row_runs.hpp kRunPieceAlign, kRunPieceRows
+
+
+def joined(runs: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The runs with each piece joined to the run it continues (same id, next row)."""
+    out: list[tuple[int, int, int]] = []
+    for begin, end, group in runs:
+        if out and out[-1][1] == begin and out[-1][2] == group:
+            out[-1] = (out[-1][0], end, group)
+        else:
+            out.append((begin, end, group))
+    return out
+
+
+def check_pieces(runs: list[tuple[int, int, int]]):
+    """Each piece but a run's last ends a whole multiple of 768 rows (at least 1536) past its 4-row-aligned start,
+    so it takes exactly the tiles of the whole run."""
+    for (begin, end, group), after in zip(runs, runs[1:], strict=False):  # each run with the one after it
+        if after[0] == end and after[2] == group:
+            whole = end - (begin & ~3)
+            assert whole % PIECE_ALIGN == 0 and whole >= PIECE_ROWS, (begin, end)
 
 
 def reference_runs(ids: list[int], groups: int) -> list[tuple[int, int, int]]:
@@ -124,7 +132,8 @@ def reference_runs(ids: list[int], groups: int) -> list[tuple[int, int, int]]:
 def check_row_ids(run_walk, ids: list[int], groups: int, n: int, sms: int = 132):
     m = len(ids)
     runs, plan, tiles = run_walk(True, ids, groups, m, n, sms=sms)
-    assert runs == reference_runs(ids, groups)
+    assert joined(runs) == reference_runs(ids, groups)
+    check_pieces(runs)
     assert 1 <= plan["grid"] <= sms and plan["grid"] % plan["cluster"] == 0
     block, stored = plan["rows"], set()
     for group, _, n_block, row0, lo, hi in tiles:
@@ -162,7 +171,31 @@ def test_sorted_ids_take_the_tiles_of_offs(run_walk, sizes, pad, n, sms):
     if pad == 0 and sum(sizes):  # the same groups through offs: the same tiles
         ends = [sum(sizes[: g + 1]) for g in range(len(sizes))]
         _, _, offs_tiles = run_walk(False, ends, len(sizes), len(ids), n, sms=sms)
-        assert sorted(row_tiles) == sorted(offs_tiles)
+        assert without_m_block(row_tiles) == without_m_block(offs_tiles)
+
+
+def without_m_block(tiles):
+    """Tiles as (group, n block, first row loaded, rows stored): a piece numbers its row tiles from its own start."""
+    return sorted((group, n_block, row0, lo, hi) for group, _, n_block, row0, lo, hi in tiles)
+
+
+@pytest.mark.parametrize(
+    "sizes", [[35248, 401, 2046], [401, 35248], [1535, 1537, 3 * 768 + 1], [0, 5000, 0, 7], [20000]]
+)
+@pytest.mark.parametrize("pad", [0, 1, 128])
+def test_long_runs_go_out_in_pieces_that_take_the_tiles_of_offs(run_walk, sizes, pad):
+    """Runs longer than a piece (the largest expert first, as in the slowest routing measured) go out while the scan is
+    inside them; sorted rows still take the tiles `offs` gives the same groups."""
+    ids = []
+    for g, size in enumerate(sizes):
+        ids += [g] * size + [-1] * ((-size % pad) if pad > 1 else 0)
+    runs, _, _ = run_walk(True, ids, len(sizes), len(ids), 4096)
+    assert len(runs) > len(reference_runs(ids, len(sizes)))  # some run went out in pieces
+    _, row_tiles = check_row_ids(run_walk, ids, len(sizes), 4096)
+    if pad == 0:
+        ends = [sum(sizes[: g + 1]) for g in range(len(sizes))]
+        _, _, offs_tiles = run_walk(False, ends, len(sizes), len(ids), 4096)
+        assert without_m_block(row_tiles) == without_m_block(offs_tiles)
 
 
 def test_deepgemm_layout_takes_whole_tiles(run_walk):

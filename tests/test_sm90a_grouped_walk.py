@@ -11,81 +11,21 @@ from a 4-row boundary) and cover the rows its tile stores."""
 from __future__ import annotations
 
 import random
-import subprocess
 
 import pytest
-from contiguous_tile_driver import CORE_INCLUDE, decode_ends, drawn_splits, named_splits, spoil
+from contiguous_tile_driver import decode_ends, drawn_splits, named_splits, spoil
+from host_warp import HOST_WARP, build_threaded_driver
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from isa import ROOT, require_tool
 
-DRIVER = r"""
-#include <algorithm>
-#include <barrier>
-#include <cstdio>
-#include <mutex>
-#include <thread>
-#include <vector>
+DRIVER = (
+    HOST_WARP
+    + r"""
 #include "heuristics.hpp"
-#include "row_runs.hpp"
-using namespace fp8gemm_sm90a;
 struct Walk { const int32_t* group_rows; int groups, masked, m, n_blocks; };
 
-// The run warp on the host, one std::thread per lane: a collective puts each lane's value in `slot`, meets the other
-// lanes at the barrier, reads, and meets them again (so no lane's next value overwrites one not yet read).
-struct HostWarp {
-  static inline std::barrier<>* meet = nullptr;
-  static inline int slot[32];
-  static inline const int32_t* group_rows = nullptr;  // the values a lane may load: [0, groups)
-  static inline int groups = 0;
-  static inline thread_local int lane = 0;
-  static int exchange(int value, int src) {
-    slot[lane] = value;
-    meet->arrive_and_wait();
-    const int got = slot[src];
-    meet->arrive_and_wait();
-    return got;
-  }
-  static int ldg(const int32_t* at) {
-    const long long g = at - group_rows;
-    if (g < 0 || g >= groups) {
-      std::fprintf(stderr, "lane %d loads group %lld of %d\n", lane, g, groups);
-      std::_Exit(3);
-    }
-    return *at;
-  }
-  static int shfl_up(int value, int d) { return exchange(value, lane >= d ? lane - d : lane); }
-  static int shfl(int value, int src) { return exchange(value, src); }
-  static uint32_t ballot(bool pred) {
-    slot[lane] = pred;
-    meet->arrive_and_wait();
-    uint32_t bits = 0;
-    for (int l = 0; l < 32; ++l) bits |= uint32_t(slot[l] != 0) << l;
-    meet->arrive_and_wait();
-    return bits;
-  }
-  static void sync() { meet->arrive_and_wait(); }
-};
-
-// What the lanes handed to put_run: run number n from `lane`, in run-number order (the ring's slots in turn).
-struct Put { int n, lane; RowRun run; };
 std::vector<Put> scan(const Walk& w) {
-  std::vector<Put> puts;
-  std::mutex lock;
-  std::barrier<> meet(32);
-  HostWarp::meet = &meet, HostWarp::group_rows = w.group_rows, HostWarp::groups = w.groups;
-  std::vector<std::thread> lanes;
-  for (int l = 0; l < 32; ++l)
-    lanes.emplace_back([&, l] {
-      HostWarp::lane = l;
-      scan_group_ends<HostWarp>(w, l, [&](int n, RowRun run) {
-        const std::lock_guard<std::mutex> hold(lock);
-        puts.push_back({n, l, run});
-      });
-    });
-  for (auto& lane : lanes) lane.join();
-  std::stable_sort(puts.begin(), puts.end(), [](const Put& a, const Put& b) { return a.n < b.n; });
-  return puts;
+  return run_lanes(w.group_rows, w.groups, [&](int l, auto put_run) { scan_group_ends<HostWarp>(w, l, put_run); });
 }
 
 template <int kBlockM, int kPairs>
@@ -134,28 +74,12 @@ int main() {
   }
 }
 """
-
-
-def build_driver(out, source: str):
-    """``source`` built with the host compiler (C++20 for std::barrier, threads) over the sm90a package's headers;
-    returned, a run on a stdin text that gives back its stdout (a lane's load outside the group ends fails it)."""
-    csrc = ROOT / "packages" / "fp8gemm-cuda-sm90a" / "csrc"
-    (out / "driver.cpp").write_text(source)
-    build = [require_tool("g++"), "-std=c++20", "-O1", "-pthread", f"-I{csrc}", f"-I{CORE_INCLUDE}"]
-    subprocess.run([*build, str(out / "driver.cpp"), "-o", str(out / "driver")], check=True)
-
-    def run(stdin_text: str) -> str:
-        # a timeout: a collective that some lanes skip leaves the others waiting at the barrier
-        result = subprocess.run([str(out / "driver")], input=stdin_text, capture_output=True, text=True, timeout=120)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
-
-    return run
+)
 
 
 @pytest.fixture(scope="module")
 def run_walk(tmp_path_factory):
-    driver = build_driver(tmp_path_factory.mktemp("sm90a_grouped"), DRIVER)
+    driver = build_threaded_driver(tmp_path_factory.mktemp("sm90a_grouped"), DRIVER)
 
     def run(masked: bool, group_rows: list[int], m: int, n: int, k: int = 7168, expected: int = 0, sms: int = 132):
         text = f"{int(masked)} {len(group_rows)} {m} {n} {k} {expected} {sms}\n{' '.join(map(str, group_rows))}\n"

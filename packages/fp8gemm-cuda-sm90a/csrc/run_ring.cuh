@@ -62,39 +62,7 @@ __device__ __forceinline__ void put_run(uint32_t ring, int n, RowRun run) {
   run_bar_arrive(run_full(ring, slot));
 }
 
-// The run warp: every run of m_indices (group_rows, m rows) into the ring, then the end.
-__device__ __forceinline__ void scan_runs(float* red, const Params& p, int lane) {
-  constexpr int kBatch = 8;  // chunks of 32 rows whose loads are in flight together
-  const uint32_t ring = smem_u32(red);
-  const int m = p.m;
-  int open = 0, open_id = 0, emitted = 0;  // the run open at the chunk's start, its id, the runs handed out
-#pragma unroll 1
-  for (int r0 = 0; r0 <= m; r0 += 32 * kBatch) {
-    int ids[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int row = r0 + 32 * j + lane;
-      ids[j] = row < m ? __ldg(p.group_rows + row) : -1;
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int base = r0 + 32 * j, row = base + lane, id = ids[j];
-      if (base > m) break;  // warp-uniform
-      const int up = __shfl_up_sync(~0u, id, 1), prev = lane ? up : open_id;
-      const RunLane l = run_lane(row, m, id, prev, p.groups);
-      const uint32_t bounds = __ballot_sync(~0u, l.bound), emits = __ballot_sync(~0u, l.closes);
-      const uint32_t starts = __ballot_sync(~0u, l.starts);
-      if (l.closes) put_run(ring, run_number(emits, lane, emitted), closed_run(bounds, lane, base, open, prev));
-      __syncwarp();
-      emitted += bit_count(emits);
-      open = open_after(starts, base, open);
-      open_id = __shfl_sync(~0u, id, 31);
-    }
-  }
-  if (lane == 0) put_run(ring, emitted, RowRun{0, 0, -1});
-}
-
-// The run warp's lanes as row_runs.hpp scan_group_ends takes them: CUDA's load and collectives, every lane taking part.
+// The run warp's lanes as row_runs.hpp's scans take them: CUDA's load and collectives, every lane taking part.
 struct RunWarp {
   __device__ __forceinline__ static int ldg(const int32_t* p) { return __ldg(p); }
   __device__ __forceinline__ static int shfl_up(int v, int d) { return __shfl_up_sync(~0u, v, d); }
@@ -107,6 +75,12 @@ struct RunWarp {
 __device__ __forceinline__ void scan_groups(float* red, const Params& p, int lane) {
   const uint32_t ring = smem_u32(red);
   scan_group_ends<RunWarp>(p, lane, [ring](int n, RowRun run) { put_run(ring, n, run); });
+}
+
+// The run warp for m_indices: every run of one id in [0, groups) into the ring (long ones in pieces), then the end.
+__device__ __forceinline__ void scan_runs(float* red, const Params& p, int lane) {
+  const uint32_t ring = smem_u32(red);
+  scan_row_runs<RunWarp>(p, lane, [ring](int n, RowRun run) { put_run(ring, n, run); });
 }
 
 // A walking role's place in the ring: the ring's shared-memory address and the runs taken. `every_lane`: each
