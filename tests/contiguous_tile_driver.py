@@ -125,11 +125,20 @@ def decode_ends(groups: int, rows: int, rng: random.Random, m: int | None = None
 
 
 def spoil(ends: list[int], m: int, rng: random.Random, count: int) -> list[int]:
-    """``count`` ends replaced by values only the device sees: decreasing, past m, negative, the int extremes."""
+    """``count`` ends replaced by values only the device sees: decreasing, past m, negative, the int extremes (an
+    int32 tensor holds nothing beyond them, so a decrease of an end already spoiled stops at INT_MIN)."""
     ends = list(ends)
     for _ in range(count):
         g = rng.randrange(len(ends))
-        values = [-1, INT_MIN, INT_MAX, m + 1, m + rng.randrange(1, 300), ends[g] - rng.randrange(1, 90), 0]
+        values = [
+            -1,
+            INT_MIN,
+            INT_MAX,
+            m + 1,
+            m + rng.randrange(1, 300),
+            max(INT_MIN, ends[g] - rng.randrange(1, 90)),
+            0,
+        ]
         ends[g] = rng.choice(values)
     return ends
 
