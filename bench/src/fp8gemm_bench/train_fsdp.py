@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -168,12 +169,22 @@ def _rank(rank: int, world: int, port: int, settings: dict, out: str) -> None:
                 "peak_memory_bytes_rank0": torch.cuda.max_memory_allocated(device) if cuda else None,
                 "wrapped": type(model).__name__}))  # fmt: skip
     finally:
-        # both ranks leave together: a gloo rank torn down while its peer still ran aborted ("terminate called
-        # without an active exception") about once in fifteen CPU runs
         try:
-            dist.barrier()
+            dist.barrier()  # both ranks leave together: no collective is in flight when either exits
         finally:
             dist.destroy_process_group()
+    if not cuda:
+        _exit_gloo_rank()
+
+
+def _exit_gloo_rank() -> None:
+    """Ends a finished gloo rank without finalizing its interpreter. The gloo group's worker threads outlive
+    ``destroy_process_group`` (torch still holds the group) and take the GIL to free a finished collective's Python
+    tensors; CPython ends a worker that waits for the GIL as finalization starts, inside a noexcept destructor, and
+    the rank aborts ("terminate called without an active exception")."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _free_port() -> int:
